@@ -1,0 +1,113 @@
+//! `quetta-sim`: an OpenAI-compatible LLM server simulator with exact timing records.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use quetta_sim::{OutputLen, SimConfig, Simulator};
+
+/// Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics with
+/// configurable time to first token and inter-token latency.
+#[derive(Debug, Parser)]
+#[command(name = "quetta-sim", version)]
+struct Args {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Base time to first token, in milliseconds.
+    #[arg(long, default_value_t = 50.0)]
+    ttft_ms: f64,
+    /// Extra time to first token per prompt token, in microseconds (prefill cost).
+    #[arg(long, default_value_t = 0.0)]
+    prefill_us_per_token: f64,
+    /// Inter-token latency, in milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    itl_ms: f64,
+    /// Uniform jitter on each inter-token gap, +/- this many milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    itl_jitter_ms: f64,
+    /// Tokens per streamed chunk.
+    #[arg(long, default_value_t = 1)]
+    tokens_per_chunk: u32,
+    /// Output length when a request does not set ignore_eos: `max` (= max_tokens), `N`,
+    /// `uniform:MIN-MAX` or `normal:MEAN,STDDEV`.
+    #[arg(long, default_value = "max")]
+    output_len: String,
+    /// max_tokens for requests that give none.
+    #[arg(long, default_value_t = 128)]
+    default_max_tokens: u32,
+    /// Model name served by /v1/models.
+    #[arg(long, default_value = "quetta-sim")]
+    model: String,
+    /// Seed of lengths, jitter and generated words.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Append one JSON line per finished request (server-side timing ground truth).
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Worker threads of the simulator's runtime.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+fn ms(v: f64, flag: &str) -> Result<Duration> {
+    if !v.is_finite() || v < 0.0 {
+        bail!("--{flag} must be a non-negative number of milliseconds, got {v}");
+    }
+    Ok(Duration::from_secs_f64(v / 1e3))
+}
+
+fn parse_output_len(s: &str) -> Result<OutputLen> {
+    let bad =
+        || format!("--output-len {s:?}: expected max, N, uniform:MIN-MAX or normal:MEAN,STDDEV");
+    if s == "max" {
+        return Ok(OutputLen::MaxTokens);
+    }
+    if let Some(r) = s.strip_prefix("uniform:") {
+        let (a, b) = r.split_once('-').with_context(bad)?;
+        let (min, max) = (a.parse().with_context(bad)?, b.parse().with_context(bad)?);
+        if min > max {
+            bail!("{}: MIN is above MAX", bad());
+        }
+        return Ok(OutputLen::Uniform { min, max });
+    }
+    if let Some(r) = s.strip_prefix("normal:") {
+        let (a, b) = r.split_once(',').with_context(bad)?;
+        return Ok(OutputLen::Normal {
+            mean: a.parse().with_context(bad)?,
+            stddev: b.parse().with_context(bad)?,
+        });
+    }
+    Ok(OutputLen::Fixed(s.parse().with_context(bad)?))
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let cfg = SimConfig {
+        bind: SocketAddr::new(a.host, a.port),
+        model: a.model,
+        ttft: ms(a.ttft_ms, "ttft-ms")?,
+        prefill_per_token: ms(a.prefill_us_per_token / 1e3, "prefill-us-per-token")?,
+        itl: ms(a.itl_ms, "itl-ms")?,
+        itl_jitter: ms(a.itl_jitter_ms, "itl-jitter-ms")?,
+        tokens_per_chunk: a.tokens_per_chunk.max(1),
+        output_len: parse_output_len(&a.output_len)?,
+        default_max_tokens: a.default_max_tokens,
+        seed: a.seed,
+        record: a.record,
+        keep_records: false,
+        worker_threads: a.threads,
+    };
+    let sim = Simulator::start(cfg).context("starting the simulator")?;
+    println!("quetta-sim listening on {} (Ctrl-C to stop)", sim.base_url());
+    // Records are flushed line by line, so ending on SIGINT/SIGTERM's default action loses
+    // nothing; the main thread only has to stay alive.
+    loop {
+        std::thread::park();
+    }
+}

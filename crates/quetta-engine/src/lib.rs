@@ -1,0 +1,414 @@
+//! The engine trait every Quetta backend implements.
+//!
+//! This crate is deliberately small and has no HTTP or async-runtime dependency in its
+//! public API: an [`Engine`] takes an [`EngineRequest`] and returns a stream of
+//! [`TimedEvent`]s. Every event carries the [`Instant`] at which the bytes that completed it
+//! arrived, taken *before* those bytes were parsed, and the index of the body frame that
+//! carried them.
+//!
+//! Invariants an implementation must keep (the load generator and the metrics rely on them):
+//! - a stream yields at most one `Headers`, at most one `FirstByte`, and ends with exactly one
+//!   terminal event: [`EventKind::End`] or [`EventKind::Error`]; nothing follows it;
+//! - timestamps never decrease along a stream;
+//! - an event's timestamp is the arrival time of the frame that completed it.
+//!
+//! See `examples/echo_engine.rs` for a custom adapter written against this crate alone.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures_core::Stream;
+use serde::{Deserialize, Serialize};
+
+/// The stream of timed events an engine returns for one request.
+pub type EventStream = Pin<Box<dyn Stream<Item = TimedEvent> + Send + 'static>>;
+
+/// A backend that sends inference requests and reports what came back, timed.
+///
+/// Implementations must be cheap to share between tasks (`Send + Sync`); the load generator
+/// holds one engine behind an `Arc` and calls [`Engine::send`] from many tasks at once.
+pub trait Engine: Send + Sync + 'static {
+    /// A short name of the backend (`openai-chat`, `sagemaker`, ...), written into results.
+    fn name(&self) -> &str;
+
+    /// Send one request. The returned stream must end with `End` or `Error`.
+    ///
+    /// The request is sent when the stream is first polled, so a caller that records the
+    /// send time right before polling measures from the moment the request left its hands.
+    fn send(&self, request: EngineRequest) -> EventStream;
+}
+
+/// One message part of a chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ContentPart {
+    /// Plain text.
+    Text { text: String },
+    /// An image, as an `https://` URL or a `data:` URL with base64 content. Serialises in
+    /// OpenAI's shape: `{"type": "image_url", "image_url": {"url": ...}}`.
+    ImageUrl { image_url: ImageRef },
+}
+
+/// Where an image is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    pub url: String,
+}
+
+/// The content of a chat message: plain text or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+#[non_exhaustive]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// A chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    pub content: MessageContent,
+}
+
+impl Message {
+    /// A message with plain-text content.
+    pub fn text(role: impl Into<String>, text: impl Into<String>) -> Self {
+        Self { role: role.into(), content: MessageContent::Text(text.into()) }
+    }
+
+    /// The message's text: the text itself, or its text parts joined by spaces (images are
+    /// left out).
+    pub fn text_content(&self) -> String {
+        match &self.content {
+            MessageContent::Text(t) => t.clone(),
+            MessageContent::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text.as_str()),
+                    ContentPart::ImageUrl { .. } => None,
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+/// What the model is asked to continue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Prompt {
+    /// A chat conversation (chat-completions style endpoints).
+    Chat(Vec<Message>),
+    /// A raw text prompt (completions style endpoints).
+    Text(String),
+    /// A prompt given as token ids (completions endpoints of vLLM, SGLang, llama.cpp).
+    TokenIds(Vec<u32>),
+}
+
+/// Sampling parameters; `None` leaves the server's default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<u64>,
+}
+
+/// A backend-neutral inference request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineRequest {
+    /// Unique id of this request within a run.
+    pub request_id: u64,
+    /// The session this request belongs to, if any (multi-turn runs; sticky routing).
+    pub session_id: Option<String>,
+    pub prompt: Prompt,
+    /// Upper bound on generated tokens.
+    pub max_tokens: Option<u32>,
+    /// Ask the server to keep generating past end-of-sequence (vLLM, SGLang, llama.cpp).
+    pub ignore_eos: bool,
+    /// Ask the server to generate at least this many tokens (vLLM, SGLang).
+    pub min_tokens: Option<u32>,
+    pub sampling: Sampling,
+    /// Stream the response (the default); when false, TTFT equals E2E.
+    pub stream: bool,
+    /// Keep the text of deltas in the events. Off on the load-generation hot path unless a
+    /// consumer (multi-turn history, correctness checks) needs it.
+    pub capture_text: bool,
+    /// Extra top-level JSON body fields, merged over the adapter's own.
+    pub extra_body: BTreeMap<String, serde_json::Value>,
+    /// Extra HTTP headers (name, value).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl EngineRequest {
+    /// A streaming request with defaults for everything but the prompt.
+    pub fn new(request_id: u64, prompt: Prompt) -> Self {
+        Self {
+            request_id,
+            session_id: None,
+            prompt,
+            max_tokens: None,
+            ignore_eos: false,
+            min_tokens: None,
+            sampling: Sampling::default(),
+            stream: true,
+            capture_text: false,
+            extra_body: BTreeMap::new(),
+            extra_headers: Vec::new(),
+        }
+    }
+}
+
+/// One event of a response, stamped when the bytes that completed it arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedEvent {
+    /// Arrival time of the body frame that completed this event (before any parsing).
+    pub at: Instant,
+    /// Index of that body frame (0 = first frame of the body). Headers use 0 too.
+    pub frame: u64,
+    pub kind: EventKind,
+}
+
+/// How a connection was obtained for a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionInfo {
+    /// The request went over a pooled connection that had served an earlier request.
+    pub reused: bool,
+    /// TCP connect time of a new connection.
+    pub connect: Option<Duration>,
+    /// TLS handshake time of a new connection (after TCP connect).
+    pub tls: Option<Duration>,
+    /// HTTP/2 was used.
+    pub http2: bool,
+}
+
+/// A piece of generated output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delta {
+    /// Number of bytes of text in this delta (known even when the text is not captured).
+    pub bytes: u32,
+    /// The text, when the request asked for `capture_text`.
+    pub text: Option<String>,
+}
+
+/// Token counts reported by the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`, when the server reports it.
+    pub cached_tokens: Option<u64>,
+    /// Reasoning tokens, when the server reports them separately.
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// What an event says.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// Response headers arrived.
+    Headers { status: u16, connection: ConnectionInfo, headers: Vec<(String, String)> },
+    /// The first body byte arrived.
+    FirstByte,
+    /// A chunk with generated answer text.
+    Content(Delta),
+    /// A chunk with reasoning text (`reasoning_content` / `reasoning`).
+    Reasoning(Delta),
+    /// A chunk with a tool-call delta.
+    ToolCall(Delta),
+    /// A chunk that carries no token: role-only, empty content, or a bare finish reason.
+    Empty,
+    /// Token usage reported by the server.
+    Usage(Usage),
+    /// The response ended normally.
+    End { finish_reason: Option<String>, streamed: bool },
+    /// The response failed. Terminal.
+    Error(EngineError),
+}
+
+impl EventKind {
+    /// Whether this event carries generated tokens (content, reasoning or tool call).
+    pub fn is_token(&self) -> bool {
+        matches!(self, Self::Content(_) | Self::Reasoning(_) | Self::ToolCall(_))
+    }
+
+    /// Whether this event ends the stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::End { .. } | Self::Error(_))
+    }
+}
+
+/// The phase of a request a timeout applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TimeoutPhase {
+    /// Establishing the TCP (and TLS) connection.
+    Connect,
+    /// From send to the response headers / first byte.
+    FirstByte,
+    /// From send to the first generated token.
+    FirstToken,
+    /// Between two consecutive body frames.
+    Idle,
+    /// The whole request.
+    Total,
+}
+
+impl fmt::Display for TimeoutPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "connect",
+            Self::FirstByte => "first_byte",
+            Self::FirstToken => "first_token",
+            Self::Idle => "idle",
+            Self::Total => "total",
+        })
+    }
+}
+
+/// Per-phase time limits an adapter enforces. `None` means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    pub first_token: Option<Duration>,
+    pub idle: Option<Duration>,
+    pub total: Option<Duration>,
+}
+
+/// Why a request failed. Terminal; carried in [`EventKind::Error`].
+///
+/// Messages never contain credentials: adapters must not put request headers into them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The TCP connection could not be established.
+    #[error("connect error: {0}")]
+    Connect(String),
+    /// The TLS handshake failed (including certificate verification).
+    #[error("TLS error: {0}")]
+    Tls(String),
+    /// The server answered with a non-success HTTP status.
+    #[error("HTTP {status}: {body_excerpt}")]
+    HttpStatus { status: u16, body_excerpt: String, retry_after: Option<String> },
+    /// A phase took longer than its limit.
+    #[error("timeout in phase {0}")]
+    Timeout(TimeoutPhase),
+    /// The response violated the streaming protocol (bad JSON, bad UTF-8, oversized event).
+    #[error("stream protocol error: {0}")]
+    Protocol(String),
+    /// The server sent an error object inside a successful stream.
+    #[error("server error in stream: {0}")]
+    ServerError(String),
+    /// The connection broke while the response was being read.
+    #[error("connection closed: {0}")]
+    ConnectionClosed(String),
+    /// The stream ended without its end marker (e.g. no `data: [DONE]`).
+    #[error("stream ended without end marker")]
+    Incomplete,
+    /// The request could not be built or sent (bad URL, bad header value).
+    #[error("request error: {0}")]
+    Request(String),
+    /// The caller cancelled the request.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl EngineError {
+    /// A stable, machine-readable label for the error's kind (used as `error_kind` in
+    /// results; documented in docs/METRICS.md).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Connect(_) => "connect",
+            Self::Tls(_) => "tls",
+            Self::HttpStatus { status: 429, .. } => "http_429",
+            Self::HttpStatus { status, .. } if *status >= 500 => "http_5xx",
+            Self::HttpStatus { .. } => "http_4xx",
+            Self::Timeout(TimeoutPhase::Connect) => "timeout_connect",
+            Self::Timeout(TimeoutPhase::FirstByte) => "timeout_first_byte",
+            Self::Timeout(TimeoutPhase::FirstToken) => "timeout_first_token",
+            Self::Timeout(TimeoutPhase::Idle) => "timeout_idle",
+            Self::Timeout(TimeoutPhase::Total) => "timeout_total",
+            Self::Protocol(_) => "protocol",
+            Self::ServerError(_) => "server_error",
+            Self::ConnectionClosed(_) => "connection_closed",
+            Self::Incomplete => "incomplete",
+            Self::Request(_) => "request",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A stream that yields a fixed list of events, for engines that compute their whole answer
+/// at once (fakes, replays, tests).
+#[derive(Debug)]
+pub struct VecStream {
+    events: std::vec::IntoIter<TimedEvent>,
+}
+
+impl VecStream {
+    pub fn new(events: Vec<TimedEvent>) -> Self {
+        Self { events: events.into_iter() }
+    }
+}
+
+impl Stream for VecStream {
+    type Item = TimedEvent;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<TimedEvent>> {
+        std::task::Poll::Ready(self.events.next())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_are_distinct_labels() {
+        let errs = [
+            EngineError::Connect("x".into()),
+            EngineError::Tls("x".into()),
+            EngineError::HttpStatus { status: 429, body_excerpt: String::new(), retry_after: None },
+            EngineError::HttpStatus { status: 503, body_excerpt: String::new(), retry_after: None },
+            EngineError::HttpStatus { status: 400, body_excerpt: String::new(), retry_after: None },
+            EngineError::Timeout(TimeoutPhase::Idle),
+            EngineError::Protocol("x".into()),
+            EngineError::ServerError("x".into()),
+            EngineError::ConnectionClosed("x".into()),
+            EngineError::Incomplete,
+            EngineError::Cancelled,
+        ];
+        let mut kinds: Vec<_> = errs.iter().map(EngineError::kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), errs.len());
+    }
+
+    #[test]
+    fn chat_message_serialises_as_openai_expects() {
+        let m = Message {
+            role: "user".into(),
+            content: MessageContent::Parts(vec![
+                ContentPart::Text { text: "what is this".into() },
+                ContentPart::ImageUrl {
+                    image_url: ImageRef { url: "data:image/png;base64,AAAA".into() },
+                },
+            ]),
+        };
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["content"][0]["type"], "text");
+        assert_eq!(v["content"][1]["type"], "image_url");
+        assert_eq!(v["content"][1]["image_url"]["url"], "data:image/png;base64,AAAA");
+        assert_eq!(m.text_content(), "what is this");
+        assert_eq!(Message::text("user", "hi").content, MessageContent::Text("hi".into()));
+    }
+}

@@ -1,0 +1,243 @@
+//! A hyper-util connector that times TCP connect and the TLS handshake separately and
+//! attaches that to every response sent over the connection, with a use counter, so each
+//! request knows whether its connection was new or reused.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use quetta_engine::ConnectionInfo;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    #[error("{0}")]
+    Tcp(String),
+    #[error("{0}")]
+    Tls(String),
+    #[error("connect timed out")]
+    Timeout,
+}
+
+#[derive(Debug)]
+struct MetaInner {
+    connect: Duration,
+    tls: Option<Duration>,
+    http2: bool,
+    uses: AtomicU64,
+}
+
+/// Facts about one pooled connection, attached to each response's extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnMeta(Arc<MetaInner>);
+
+impl ConnMeta {
+    /// Count one more request on this connection and describe it for that request.
+    pub(crate) fn claim(&self) -> ConnectionInfo {
+        let n = self.0.uses.fetch_add(1, Ordering::Relaxed);
+        if n == 0 {
+            ConnectionInfo {
+                reused: false,
+                connect: Some(self.0.connect),
+                tls: self.0.tls,
+                http2: self.0.http2,
+            }
+        } else {
+            ConnectionInfo { reused: true, connect: None, tls: None, http2: self.0.http2 }
+        }
+    }
+}
+
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The connection type the connector yields.
+pub struct TimedIo {
+    io: TokioIo<Io>,
+    meta: ConnMeta,
+}
+
+impl std::fmt::Debug for TimedIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimedIo").field("meta", &self.meta).finish_non_exhaustive()
+    }
+}
+
+impl hyper::rt::Read for TimedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TimedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+impl Connection for TimedIo {
+    fn connected(&self) -> Connected {
+        let c = Connected::new().extra(self.meta.clone());
+        if self.meta.0.http2 {
+            c.negotiated_h2()
+        } else {
+            c
+        }
+    }
+}
+
+/// See the module documentation.
+#[derive(Clone)]
+pub struct TimedConnector {
+    pub(crate) tls: Option<TlsConnector>,
+    pub(crate) connect_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for TimedConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimedConnector")
+            .field("tls", &self.tls.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl tower_service::Service<Uri> for TimedConnector {
+    type Response = TimedIo;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<TimedIo, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let tls = self.tls.clone();
+        let timeout = self.connect_timeout;
+        Box::pin(async move {
+            let fut = connect(uri, tls);
+            match timeout {
+                Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| ConnectError::Timeout)?,
+                None => fut.await,
+            }
+        })
+    }
+}
+
+async fn connect(uri: Uri, tls: Option<TlsConnector>) -> Result<TimedIo, ConnectError> {
+    let https = uri.scheme_str() == Some("https");
+    let host = uri.host().ok_or_else(|| ConnectError::Tcp(format!("no host in {uri}")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let t0 = Instant::now();
+    let tcp = TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| ConnectError::Tcp(format!("{host}:{port}: {e}")))?;
+    let connect = t0.elapsed();
+    let _ = tcp.set_nodelay(true);
+    if !https {
+        let meta = MetaInner { connect, tls: None, http2: false, uses: AtomicU64::new(0) };
+        return Ok(TimedIo { io: TokioIo::new(Io::Plain(tcp)), meta: ConnMeta(Arc::new(meta)) });
+    }
+    let tls = tls.ok_or_else(|| ConnectError::Tls("https is not configured".into()))?;
+    let name = ServerName::try_from(host.clone())
+        .map_err(|e| ConnectError::Tls(format!("bad server name {host}: {e}")))?;
+    let t1 = Instant::now();
+    let stream = tls.connect(name, tcp).await.map_err(|e| ConnectError::Tls(e.to_string()))?;
+    let tls_time = t1.elapsed();
+    let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let meta = MetaInner { connect, tls: Some(tls_time), http2, uses: AtomicU64::new(0) };
+    Ok(TimedIo { io: TokioIo::new(Io::Tls(Box::new(stream))), meta: ConnMeta(Arc::new(meta)) })
+}

@@ -1,0 +1,340 @@
+//! `quetta-sim`: an OpenAI-compatible server simulator.
+//!
+//! It serves `/v1/chat/completions`, `/v1/completions` (streaming and not), `/v1/models`,
+//! `/health` and Prometheus `/metrics` with vLLM-style names. Per request it generates an
+//! output length (`max_tokens`, or a draw from [`OutputLen`] that honours `ignore_eos` and
+//! `min_tokens`), waits a configurable time to first token (a base plus a per-prompt-token
+//! cost) and then sends chunks on an absolute schedule of inter-token latencies (fixed or
+//! jittered). Each request leaves a [`SimRecord`] with the instant the request arrived, the
+//! instant its headers were handed to hyper, the instant each chunk was handed to hyper and
+//! the instant it ended: the ground truth that timing tests compare the client against.
+//!
+//! Prompt tokens are counted as whitespace-separated words (or the length of a token-id
+//! prompt): a stand-in tokenizer, documented in docs/ARCHITECTURE.md.
+//!
+//! The simulator runs on its own thread and tokio runtime, so it does not share a
+//! scheduler with the client under test: [`Simulator::start`].
+
+mod metrics;
+mod server;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// How many tokens a request generates when it does not ask to ignore EOS.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum OutputLen {
+    /// Exactly `max_tokens` (or the default when the request has none).
+    MaxTokens,
+    /// A fixed length (still capped by `max_tokens`).
+    Fixed(u32),
+    /// Uniform in `[min, max]`.
+    Uniform { min: u32, max: u32 },
+    /// Normal with the given mean and standard deviation, at least 1.
+    Normal { mean: f64, stddev: f64 },
+}
+
+/// Simulator settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Address to bind; port 0 picks an ephemeral port.
+    pub bind: SocketAddr,
+    /// Model name served by `/v1/models` (any name is accepted in requests).
+    pub model: String,
+    /// Base time from request arrival to the first token.
+    pub ttft: Duration,
+    /// Extra time to first token per prompt token (prefill cost).
+    pub prefill_per_token: Duration,
+    /// Inter-token latency (between chunks).
+    pub itl: Duration,
+    /// Uniform jitter added to each inter-token gap, in `[-jitter, +jitter]`.
+    pub itl_jitter: Duration,
+    /// Tokens carried by each chunk (the last chunk may carry fewer).
+    pub tokens_per_chunk: u32,
+    pub output_len: OutputLen,
+    /// `max_tokens` when a request does not give one.
+    pub default_max_tokens: u32,
+    /// Seed of the output-length and jitter draws and of the generated words.
+    pub seed: u64,
+    /// Append one JSON line per finished request to this file.
+    pub record: Option<PathBuf>,
+    /// Keep records in memory for [`Simulator::records`].
+    pub keep_records: bool,
+    /// Runtime worker threads of the simulator (its own runtime).
+    pub worker_threads: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            model: "quetta-sim".into(),
+            ttft: Duration::from_millis(50),
+            prefill_per_token: Duration::ZERO,
+            itl: Duration::from_millis(10),
+            itl_jitter: Duration::ZERO,
+            tokens_per_chunk: 1,
+            output_len: OutputLen::MaxTokens,
+            default_max_tokens: 128,
+            seed: 0,
+            record: None,
+            keep_records: true,
+            worker_threads: 1,
+        }
+    }
+}
+
+/// The simulator's own account of one request. Instants are on the process's monotonic
+/// clock; the JSONL form gives nanoseconds since [`Simulator::epoch`].
+#[derive(Debug, Clone)]
+pub struct SimRecord {
+    /// Arrival order at the simulator (0-based).
+    pub seq: u64,
+    /// The client's request id (`x-quetta-request-id`), when sent.
+    pub request_id: Option<u64>,
+    /// The session id (`x-session-id` header, else the body's `user`), when sent.
+    pub session_id: Option<String>,
+    pub endpoint: String,
+    pub stream: bool,
+    pub status: u16,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// The request's headers were parsed and handed to the simulator.
+    pub arrival: Instant,
+    /// The response headers were handed to hyper.
+    pub headers_sent: Instant,
+    /// Each token-bearing chunk was handed to hyper (streaming only).
+    pub chunks: Vec<Instant>,
+    /// Tokens in each token-bearing chunk.
+    pub chunk_tokens: Vec<u32>,
+    /// The last frame was handed to hyper.
+    pub end: Instant,
+    /// The full generated text.
+    pub text: String,
+    /// The request's body was not a valid request (400) or was cut off.
+    pub error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct RecordLine<'a> {
+    seq: u64,
+    request_id: Option<u64>,
+    session_id: Option<&'a str>,
+    endpoint: &'a str,
+    stream: bool,
+    status: u16,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    arrival_ns: u64,
+    headers_ns: u64,
+    chunk_ns: Vec<u64>,
+    end_ns: u64,
+    epoch_unix_ns: u128,
+    error: Option<&'a str>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) cfg: SimConfig,
+    pub(crate) epoch: Instant,
+    pub(crate) epoch_unix_ns: u128,
+    pub(crate) seq: std::sync::atomic::AtomicU64,
+    pub(crate) records: Mutex<Vec<SimRecord>>,
+    pub(crate) writer: Option<Mutex<BufWriter<File>>>,
+    pub(crate) metrics: metrics::Metrics,
+}
+
+impl Shared {
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    pub(crate) fn finish(&self, rec: SimRecord) {
+        self.metrics.on_finish(&rec);
+        if let Some(w) = &self.writer {
+            let line = RecordLine {
+                seq: rec.seq,
+                request_id: rec.request_id,
+                session_id: rec.session_id.as_deref(),
+                endpoint: &rec.endpoint,
+                stream: rec.stream,
+                status: rec.status,
+                prompt_tokens: rec.prompt_tokens,
+                completion_tokens: rec.completion_tokens,
+                arrival_ns: self.ns(rec.arrival),
+                headers_ns: self.ns(rec.headers_sent),
+                chunk_ns: rec.chunks.iter().map(|&c| self.ns(c)).collect(),
+                end_ns: self.ns(rec.end),
+                epoch_unix_ns: self.epoch_unix_ns,
+                error: rec.error.as_deref(),
+            };
+            if let Ok(mut s) = serde_json::to_vec(&line) {
+                s.push(b'\n');
+                let mut w = w.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let _ = w.write_all(&s).and_then(|()| w.flush());
+            }
+        }
+        if self.cfg.keep_records {
+            self.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(rec);
+        }
+    }
+}
+
+/// The simulator could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot open record file {path}: {source}")]
+    Record { path: PathBuf, source: std::io::Error },
+    #[error("cannot start the simulator runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A running simulator. Stops when dropped.
+#[derive(Debug)]
+pub struct Simulator {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("cfg", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+impl Simulator {
+    /// Bind and start serving on a thread of its own.
+    pub fn start(cfg: SimConfig) -> Result<Self, SimError> {
+        let writer = match &cfg.record {
+            Some(p) => Some(Mutex::new(BufWriter::new(
+                File::options()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|source| SimError::Record { path: p.clone(), source })?,
+            ))),
+            None => None,
+        };
+        let std_listener = std::net::TcpListener::bind(cfg.bind)
+            .map_err(|source| SimError::Bind { addr: cfg.bind, source })?;
+        std_listener.set_nonblocking(true).map_err(SimError::Runtime)?;
+        let addr = std_listener.local_addr().map_err(SimError::Runtime)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.worker_threads.max(1))
+            .thread_name("quetta-sim")
+            .enable_all()
+            .build()
+            .map_err(SimError::Runtime)?;
+        let shared = Arc::new(Shared {
+            epoch: Instant::now(),
+            epoch_unix_ns: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+            seq: std::sync::atomic::AtomicU64::new(0),
+            records: Mutex::new(Vec::new()),
+            writer,
+            metrics: metrics::Metrics::default(),
+            cfg,
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("quetta-sim-main".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    match tokio::net::TcpListener::from_std(std_listener) {
+                        Ok(l) => server::serve(l, sh, rx).await,
+                        Err(e) => eprintln!("quetta-sim: {e}"),
+                    }
+                });
+                rt.shutdown_timeout(Duration::from_millis(100));
+            })
+            .map_err(SimError::Runtime)?;
+        Ok(Self { addr, shared, shutdown: Some(tx), thread: Some(thread) })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR` (no trailing slash, no `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The instant the JSONL offsets count from.
+    pub fn epoch(&self) -> Instant {
+        self.shared.epoch
+    }
+
+    /// A copy of the records of finished requests, in finishing order.
+    pub fn records(&self) -> Vec<SimRecord> {
+        self.shared.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The simulator's configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.shared.cfg
+    }
+
+    /// Stop accepting, close connections and join the thread.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// splitmix64: a tiny deterministic generator for jitter, lengths and words.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub(crate) fn f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The words the simulator generates, one per token.
+pub(crate) const WORDS: &[&str] = &[
+    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be",
+    "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have",
+    "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there",
+    "been", "if", "more", "when", "will", "would", "who", "so", "no", "time", "light", "river",
+    "stone", "model", "token", "cache", "queue", "batch", "kernel", "memory", "tensor", "prompt",
+    "reply", "server",
+];
