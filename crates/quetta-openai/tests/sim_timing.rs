@@ -10,6 +10,14 @@ use quetta_engine::{EngineRequest, EventKind, Prompt};
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::{SimConfig, Simulator};
 
+/// Timing tests in this binary run one at a time: on a 2-core machine, parallel tests would
+/// measure each other's CPU contention.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn p99(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)]
@@ -17,6 +25,7 @@ fn p99(mut v: Vec<f64>) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn thousand_token_stream_timestamps_match_the_simulator_within_1ms_p99() {
+    let _serial = serial();
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(50),
         itl: Duration::from_millis(2),
@@ -77,6 +86,7 @@ async fn thousand_token_stream_timestamps_match_the_simulator_within_1ms_p99() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn connections_are_pooled_and_reuse_is_reported() {
+    let _serial = serial();
     let sim = Simulator::start(SimConfig {
         ttft: Duration::ZERO,
         itl: Duration::ZERO,
@@ -97,6 +107,7 @@ async fn connections_are_pooled_and_reuse_is_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn non_streaming_requests_end_once_with_usage() {
+    let _serial = serial();
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(20),
         itl: Duration::from_millis(1),
@@ -125,6 +136,7 @@ async fn non_streaming_requests_end_once_with_usage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn http2_prior_knowledge_works() {
+    let _serial = serial();
     let sim = Simulator::start(SimConfig {
         ttft: Duration::ZERO,
         itl: Duration::ZERO,
