@@ -227,6 +227,18 @@ async fn generate(
         sleep: None,
         rec: Some(rec),
         stream,
+        prefix: String::new(),
+    };
+    st.prefix = if chat {
+        format!(
+            "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"",
+            st.id, st.created, st.model_json
+        )
+    } else {
+        format!(
+            "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":\"",
+            st.id, st.created, st.model_json
+        )
     };
     if !stream {
         // Generate every token "inside" the server, then answer at once.
@@ -235,6 +247,9 @@ async fn generate(
         let mut sent = 0;
         while sent < st.n_tokens {
             let k = st.sh.cfg.tokens_per_chunk.max(1).min(st.n_tokens - sent);
+            if !text.is_empty() {
+                text.push(' ');
+            }
             st.push_words(&mut text, k);
             sent += k;
             if sent < st.n_tokens {
@@ -289,6 +304,8 @@ pub(crate) struct SimStream {
     sleep: Option<Pin<Box<Sleep>>>,
     rec: Option<SimRecord>,
     stream: bool,
+    /// The JSON of a chunk up to the generated text.
+    prefix: String,
 }
 
 impl SimStream {
@@ -305,29 +322,36 @@ impl SimStream {
         Duration::from_secs_f64((cfg.itl.as_secs_f64() + j).max(0.0))
     }
 
+    /// Append `k` generated words, space-separated (no leading space).
     fn push_words(&mut self, out: &mut String, k: u32) {
-        for _ in 0..k {
+        for i in 0..k {
             let w = WORDS[(self.word_rng.next_u64() % WORDS.len() as u64) as usize];
-            if !out.is_empty() {
+            if i > 0 {
                 out.push(' ');
             }
             out.push_str(w);
         }
     }
 
-    fn chunk_json(&self, text: &str, finish: Option<&str>) -> String {
-        let fr = finish.map_or_else(|| "null".to_owned(), |f| format!("\"{f}\""));
-        let text = serde_json::to_string(text).unwrap_or_default();
-        if self.chat {
-            format!(
-                "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{text}}},\"logprobs\":null,\"finish_reason\":{fr}}}]}}\n\n",
-                self.id, self.created, self.model_json
-            )
-        } else {
-            format!(
-                "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":{text},\"logprobs\":null,\"finish_reason\":{fr}}}]}}\n\n",
-                self.id, self.created, self.model_json
-            )
+    /// One SSE event carrying `text` (generated words: ASCII, nothing to escape).
+    fn chunk_event(&self, out: &mut String, text: &str, finish: Option<&str>) {
+        out.push_str(&self.prefix);
+        out.push_str(text);
+        match finish {
+            None => out.push_str(if self.chat {
+                "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+            } else {
+                "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+            }),
+            Some(f) => {
+                out.push_str(if self.chat {
+                    "\"},\"logprobs\":null,\"finish_reason\":\""
+                } else {
+                    "\",\"logprobs\":null,\"finish_reason\":\""
+                });
+                out.push_str(f);
+                out.push_str("\"}]}\n\n");
+            }
         }
     }
 }
@@ -358,15 +382,13 @@ impl http_body::Body for SimStream {
                 }
             }
             let k = this.sh.cfg.tokens_per_chunk.max(1).min(this.n_tokens - this.sent_tokens);
-            let mut text = String::new();
-            if this.rec.as_ref().is_some_and(|r| !r.text.is_empty()) {
+            let mut text = String::with_capacity(16 * k as usize);
+            if this.sent_tokens > 0 {
                 text.push(' ');
             }
-            let mut words = String::new();
-            this.push_words(&mut words, k);
-            text.push_str(&words);
+            this.push_words(&mut text, k);
             let last = this.sent_tokens + k == this.n_tokens;
-            let mut frame = String::new();
+            let mut frame = String::with_capacity(this.prefix.len() + text.len() + 64);
             if this.chat && this.sent_tokens == 0 {
                 // vLLM and llama.cpp open with a role-only chunk, sent with the first token.
                 let _ = write!(
@@ -375,7 +397,7 @@ impl http_body::Body for SimStream {
                     this.id, this.created, this.model_json
                 );
             }
-            frame.push_str(&this.chunk_json(&text, last.then_some("length")));
+            this.chunk_event(&mut frame, &text, last.then_some("length"));
             this.sent_tokens += k;
             let gap = this.gap();
             let stamp = Instant::now();

@@ -1,1 +1,43 @@
+//! `quetta-workload`: what a benchmark sends and when.
+//!
+//! Pure and seeded: no async runtime, no network, no terminal. The same seed gives the same
+//! schedule and the same prompts on any machine (ChaCha8 streams, explicit per-request seeds).
+//!
+//! - [`arrival`]: intended send times of an open-loop run (constant, Poisson, gamma).
+//! - [`synthetic`]: prompts of a requested length with a requested output length.
+//!
+//! A workload yields [`PlannedRequest`]s; the load generator decides when to send them.
 
+pub mod arrival;
+pub mod synthetic;
+
+use quetta_engine::Prompt;
+
+/// One request as planned by a workload, before the load generator times it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRequest {
+    /// Index of the request in the workload (0-based).
+    pub index: u64,
+    pub prompt: Prompt,
+    /// The number of prompt tokens the workload intended.
+    pub input_tokens: u32,
+    /// Whether `input_tokens` is exact (counted with the server's tokenizer) or an estimate.
+    pub input_tokens_exact: bool,
+    /// `max_tokens` to request.
+    pub max_tokens: u32,
+}
+
+/// A source of planned requests. `next` is called once per request, in order.
+pub trait Workload: Send {
+    /// The request with this index, or `None` when the workload is exhausted.
+    fn request(&mut self, index: u64) -> Option<PlannedRequest>;
+}
+
+/// A workload input was invalid.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkloadError {
+    /// A parameter is out of range.
+    #[error("invalid {name}: {reason}")]
+    Invalid { name: &'static str, reason: String },
+}

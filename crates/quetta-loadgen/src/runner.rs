@@ -1,0 +1,531 @@
+//! Load policies: closed loop and open loop, warmup, stop conditions and drain.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use quetta_engine::{Engine, EngineRequest, Sampling};
+use quetta_metrics::{Aggregate, Observation, SloSet};
+use quetta_workload::arrival::{Arrival, Schedule};
+use quetta_workload::{PlannedRequest, Workload};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::recorder::{self, Observer, RecordSink};
+use crate::worker::{begin, observe, Guard};
+
+/// How load is applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Load {
+    /// Keep `concurrency` requests in flight.
+    Closed { concurrency: usize },
+    /// Send at `rate` requests per second following `arrival`, optionally capped.
+    Open { rate: f64, arrival: Arrival, max_concurrency: Option<usize> },
+}
+
+/// What one run does.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub load: Load,
+    /// Stop after this many measured requests.
+    pub num_requests: Option<u64>,
+    /// Stop sending after this long (measured phase).
+    pub duration: Option<Duration>,
+    /// Requests sent first and left out of the results.
+    pub warmup: u64,
+    /// How long requests in flight may finish after the last send before they are cancelled.
+    pub drain_timeout: Duration,
+    /// Seed of the arrival process.
+    pub seed: u64,
+    pub slos: Option<SloSet>,
+    /// Stream responses (the default); when false, TTFT equals E2E.
+    pub stream: bool,
+    /// Ask the server to ignore end-of-sequence.
+    pub ignore_eos: bool,
+    /// Ask for exactly the planned output length (`min_tokens = max_tokens` and `ignore_eos`).
+    pub exact_output_length: bool,
+    pub sampling: Sampling,
+    pub extra_body: BTreeMap<String, serde_json::Value>,
+    pub extra_headers: Vec<(String, String)>,
+    /// Keep generated text in the records.
+    pub capture_text: bool,
+}
+
+impl RunConfig {
+    /// A closed-loop run of `n` requests at `concurrency`, with defaults for the rest.
+    pub fn closed(concurrency: usize, n: u64) -> Self {
+        Self {
+            load: Load::Closed { concurrency },
+            num_requests: Some(n),
+            duration: None,
+            warmup: 0,
+            drain_timeout: Duration::from_secs(30),
+            seed: 0,
+            slos: None,
+            stream: true,
+            ignore_eos: false,
+            exact_output_length: false,
+            sampling: Sampling::default(),
+            extra_body: BTreeMap::new(),
+            extra_headers: Vec::new(),
+            capture_text: false,
+        }
+    }
+
+    /// An open-loop run of `n` requests at `rate`, with defaults for the rest.
+    pub fn open(rate: f64, arrival: Arrival, n: u64) -> Self {
+        Self { load: Load::Open { rate, arrival, max_concurrency: None }, ..Self::closed(1, n) }
+    }
+
+    fn validate(&self) -> Result<(), RunError> {
+        let bad = |m: &str| Err(RunError::Config(m.to_owned()));
+        match self.load {
+            Load::Closed { concurrency: 0 } => return bad("concurrency must be at least 1"),
+            Load::Open { rate, .. } if !(rate.is_finite() && rate > 0.0) => {
+                return bad("request rate must be a positive number of requests per second")
+            }
+            Load::Open { max_concurrency: Some(0), .. } => {
+                return bad("max concurrency must be at least 1")
+            }
+            _ => {}
+        }
+        if self.num_requests.is_none() && self.duration.is_none() {
+            return bad("give a number of requests or a duration");
+        }
+        if self.num_requests == Some(0) {
+            return bad("number of requests must be at least 1");
+        }
+        if self.duration.is_some_and(|d| d.is_zero()) {
+            return bad("duration must be positive");
+        }
+        Ok(())
+    }
+
+    fn engine_request(&self, id: u64, p: PlannedRequest) -> EngineRequest {
+        let mut r = EngineRequest::new(id, p.prompt);
+        r.max_tokens = Some(p.max_tokens);
+        r.stream = self.stream;
+        r.ignore_eos = self.ignore_eos || self.exact_output_length;
+        if self.exact_output_length {
+            r.min_tokens = Some(p.max_tokens);
+        }
+        r.sampling = self.sampling.clone();
+        r.extra_body.clone_from(&self.extra_body);
+        r.extra_headers.clone_from(&self.extra_headers);
+        r.capture_text = self.capture_text;
+        r
+    }
+}
+
+/// A run could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    #[error("invalid run configuration: {0}")]
+    Config(String),
+    #[error("the workload has no request {0}")]
+    WorkloadExhausted(u64),
+}
+
+/// Live counters, readable at any time (progress bars).
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub warmup_done: AtomicU64,
+    pub dispatched: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// Controls a running run: `stop` ends sending (Ctrl-C) and lets requests in flight drain.
+#[derive(Debug)]
+pub struct RunControl {
+    stop: AtomicBool,
+    notify: Notify,
+    pub progress: Progress,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        Self { stop: AtomicBool::new(false), notify: Notify::new(), progress: Progress::default() }
+    }
+}
+
+impl RunControl {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+    /// Stop sending new requests; requests in flight get the drain timeout to finish.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub aggregate: Aggregate,
+    /// Measured requests the configuration asked for (`None` for duration-bounded closed loops).
+    pub planned: Option<u64>,
+    /// Measured requests released by the load generator (= completed + failed).
+    pub dispatched: u64,
+    /// Of those, requests actually handed to the engine.
+    pub sent: u64,
+    pub warmup_completed: u64,
+    pub warmup_failed: u64,
+    /// The run was stopped early (Ctrl-C) or ran out of workload.
+    pub interrupted: bool,
+    pub sink_error: Option<String>,
+    /// Wall-clock time the measured phase started.
+    pub started_at: SystemTime,
+    /// Achieved send rate over the measured phase (requests/s between first and last send).
+    pub achieved_send_rate: Option<f64>,
+    /// Requests cancelled when the drain timeout expired.
+    pub cancelled_in_drain: u64,
+    /// The instant every `*_offset_ms` of the records counts from.
+    pub run_start: Instant,
+}
+
+struct Shared {
+    engine: Arc<dyn Engine>,
+    cfg: RunConfig,
+    control: Arc<RunControl>,
+    workload: Mutex<Box<dyn Workload>>,
+    outstanding: AtomicU64,
+    idle: Notify,
+    /// Tasks that may still be running, aborted when the drain timeout expires.
+    tasks: Mutex<Vec<AbortHandle>>,
+    exhausted: AtomicBool,
+}
+
+impl Shared {
+    fn next_request(&self, index: u64) -> Option<PlannedRequest> {
+        let p =
+            self.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner).request(index);
+        if p.is_none() {
+            self.exhausted.store(true, Ordering::SeqCst);
+        }
+        p
+    }
+
+    fn track(&self, h: AbortHandle) {
+        let mut t = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Finished tasks' handles pin their task cells: prune them as the list doubles.
+        if t.len() >= 1024 && t.len().is_power_of_two() {
+            t.retain(|h| !h.is_finished());
+        }
+        t.push(h);
+    }
+
+    /// Abort every task still running; their guards record them as cancelled.
+    fn cancel_all(&self) {
+        for h in self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+            h.abort();
+        }
+    }
+
+    fn task_done(&self) {
+        if self.outstanding.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    async fn wait_idle(&self, limit: Option<Instant>) -> bool {
+        loop {
+            let notified = self.idle.notified();
+            if self.outstanding.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            match limit {
+                Some(t) => {
+                    if tokio::time::timeout_at(t.into(), notified).await.is_err() {
+                        return self.outstanding.load(Ordering::SeqCst) == 0;
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+}
+
+/// Marks a task finished when it ends, aborted or not.
+struct Done(Arc<Shared>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.task_done();
+    }
+}
+
+/// Run the workload against the engine. See the crate documentation.
+pub async fn run(
+    engine: Arc<dyn Engine>,
+    workload: Box<dyn Workload>,
+    cfg: RunConfig,
+    sink: Option<Box<dyn RecordSink>>,
+    observers: Vec<Arc<dyn Observer>>,
+    control: Arc<RunControl>,
+) -> Result<RunOutcome, RunError> {
+    cfg.validate()?;
+    let sh = Arc::new(Shared {
+        engine,
+        cfg: cfg.clone(),
+        control: control.clone(),
+        workload: Mutex::new(workload),
+        outstanding: AtomicU64::new(0),
+        idle: Notify::new(),
+        tasks: Mutex::new(Vec::new()),
+        exhausted: AtomicBool::new(false),
+    });
+
+    // Warmup: same load shape, results discarded (counted only).
+    let (mut warm_ok, mut warm_fail) = (0, 0);
+    if cfg.warmup > 0 && !control.stopped() {
+        let conc = match cfg.load {
+            Load::Closed { concurrency } => concurrency,
+            Load::Open { max_concurrency, .. } => max_concurrency.unwrap_or(cfg.warmup as usize),
+        };
+        let (tx, rx) = mpsc::channel::<Observation>();
+        closed_loop(&sh, 0, Some(cfg.warmup), None, conc, Instant::now(), tx).await;
+        if !sh.wait_idle(Some(Instant::now() + cfg.drain_timeout)).await {
+            sh.cancel_all();
+            sh.wait_idle(None).await;
+        }
+        for o in rx.try_iter() {
+            if o.error.is_none() {
+                warm_ok += 1;
+            } else {
+                warm_fail += 1;
+            }
+        }
+        control.progress.warmup_done.store(warm_ok + warm_fail, Ordering::Relaxed);
+    }
+
+    let (tx, rx) = mpsc::channel::<Observation>();
+    let rec = recorder::spawn(rx, sink, observers, cfg.slos.clone());
+    let started_at = SystemTime::now();
+    let run_start = Instant::now();
+    let deadline = cfg.duration.map(|d| run_start + d);
+    let planned = match cfg.load {
+        Load::Closed { concurrency } => {
+            closed_loop(&sh, cfg.warmup, cfg.num_requests, deadline, concurrency, run_start, tx)
+                .await;
+            cfg.num_requests
+        }
+        Load::Open { rate, arrival, max_concurrency } => {
+            let sched = Schedule::new(arrival, rate, cfg.seed)
+                .map_err(|e| RunError::Config(e.to_string()))?;
+            let offsets = match (cfg.num_requests, cfg.duration) {
+                (Some(n), Some(d)) => sched.take_n(n).into_iter().take_while(|o| *o < d).collect(),
+                (Some(n), None) => sched.take_n(n),
+                (None, Some(d)) => sched.until(d),
+                (None, None) => unreachable!("validated"),
+            };
+            let n = offsets.len() as u64;
+            open_loop(&sh, offsets, max_concurrency, run_start, tx).await;
+            Some(n)
+        }
+    };
+    // Drain: requests in flight get the drain timeout, then are cancelled (and recorded).
+    let mut cancelled_in_drain = 0;
+    if !sh.wait_idle(Some(Instant::now() + cfg.drain_timeout)).await {
+        cancelled_in_drain = sh.outstanding.load(Ordering::SeqCst);
+        sh.cancel_all();
+        sh.wait_idle(None).await;
+    }
+    let r = tokio::task::spawn_blocking(move || rec.join().expect("recorder thread"))
+        .await
+        .expect("join recorder");
+    let dispatched = r.aggregate.completed + r.aggregate.failed;
+    let achieved_send_rate = match (r.first_sent_ms, r.last_sent_ms) {
+        (Some(a), Some(b)) if b > a && r.sent > 1 => Some((r.sent - 1) as f64 / ((b - a) / 1e3)),
+        _ => None,
+    };
+    Ok(RunOutcome {
+        aggregate: r.aggregate,
+        planned,
+        dispatched,
+        sent: r.sent,
+        warmup_completed: warm_ok,
+        warmup_failed: warm_fail,
+        interrupted: control.stopped() || sh.exhausted.load(Ordering::SeqCst),
+        sink_error: r.sink_error,
+        started_at,
+        achieved_send_rate,
+        cancelled_in_drain,
+        run_start,
+    })
+}
+
+/// Closed loop over workload indices `first..first+count` (or until the deadline).
+async fn closed_loop(
+    sh: &Arc<Shared>,
+    first: u64,
+    count: Option<u64>,
+    deadline: Option<Instant>,
+    concurrency: usize,
+    run_start: Instant,
+    tx: mpsc::Sender<Observation>,
+) {
+    let next = Arc::new(AtomicU64::new(0));
+    for _ in 0..concurrency {
+        let sh2 = sh.clone();
+        let next = next.clone();
+        let tx = tx.clone();
+        sh.outstanding.fetch_add(1, Ordering::SeqCst);
+        let h = tokio::spawn(async move {
+            let sh = sh2;
+            let _done = Done(sh.clone());
+            loop {
+                if sh.control.stopped() || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if count.is_some_and(|c| k >= c) {
+                    break;
+                }
+                let Some(p) = sh.next_request(first + k) else { break };
+                let input = p.input_tokens;
+                let req = sh.cfg.engine_request(first + k, p);
+                let now = Instant::now();
+                let prog = &sh.control.progress;
+                prog.dispatched.fetch_add(1, Ordering::Relaxed);
+                prog.in_flight.fetch_add(1, Ordering::Relaxed);
+                let mut g =
+                    Guard::new(begin(&req, input, now, now, run_start), tx.clone(), run_start);
+                observe(sh.engine.as_ref(), req, run_start, g.obs.as_mut().expect("fresh guard"))
+                    .await;
+                prog.in_flight.fetch_sub(1, Ordering::Relaxed);
+                if g.finish() {
+                    prog.completed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    prog.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        sh.track(h.abort_handle());
+    }
+    drop(tx);
+    // Return when every worker has ended, or at the deadline, or on stop; requests still
+    // in flight are the caller's to drain.
+    let stop_or_deadline = async {
+        loop {
+            let notified = sh.control.notify.notified();
+            if sh.control.stopped() {
+                return;
+            }
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(d.into()) => return,
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    };
+    tokio::select! {
+        _ = sh.wait_idle(None) => {}
+        () = stop_or_deadline => {}
+    }
+}
+
+/// Sleep until `target` on the OS timer, then spin the last few microseconds. Wakes at
+/// least every 50 ms to notice a stop.
+fn sleep_until(target: Instant, control: &RunControl) {
+    const SPIN: Duration = Duration::from_micros(60);
+    const SLICE: Duration = Duration::from_millis(50);
+    loop {
+        let now = Instant::now();
+        if now >= target || control.stopped() {
+            return;
+        }
+        let left = target - now;
+        if left > SPIN {
+            std::thread::sleep(left.checked_sub(SPIN).unwrap().min(SLICE));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Open loop: a dispatcher thread releases each request at its intended time.
+async fn open_loop(
+    sh: &Arc<Shared>,
+    offsets: Vec<Duration>,
+    max_concurrency: Option<usize>,
+    run_start: Instant,
+    tx: mpsc::Sender<Observation>,
+) {
+    let handle = tokio::runtime::Handle::current();
+    let sem = max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
+    let sh2 = sh.clone();
+    // The dispatcher itself counts as outstanding until it has released everything.
+    sh.outstanding.fetch_add(1, Ordering::SeqCst);
+    let dispatcher = std::thread::Builder::new()
+        .name("quetta-dispatch".into())
+        .spawn(move || {
+            let sh = sh2;
+            let first = sh.cfg.warmup;
+            let mut next = offsets.first().and_then(|_| sh.next_request(first));
+            for (k, off) in offsets.iter().enumerate() {
+                let Some(p) = next.take() else { break };
+                let intended = run_start + *off;
+                sleep_until(intended, &sh.control);
+                if sh.control.stopped() {
+                    break;
+                }
+                let id = first + k as u64;
+                let input = p.input_tokens;
+                let req = sh.cfg.engine_request(id, p);
+                sh.outstanding.fetch_add(1, Ordering::SeqCst);
+                sh.control.progress.dispatched.fetch_add(1, Ordering::Relaxed);
+                let task_sh = sh.clone();
+                let tx = tx.clone();
+                let sem = sem.clone();
+                let h = handle.spawn(async move {
+                    let started = Instant::now();
+                    let sh = task_sh;
+                    let _done = Done(sh.clone());
+                    let mut g =
+                        Guard::new(begin(&req, input, intended, started, run_start), tx, run_start);
+                    let permit = match &sem {
+                        Some(s) => s.clone().acquire_owned().await.ok(),
+                        None => None,
+                    };
+                    let prog = &sh.control.progress;
+                    prog.in_flight.fetch_add(1, Ordering::Relaxed);
+                    observe(
+                        sh.engine.as_ref(),
+                        req,
+                        run_start,
+                        g.obs.as_mut().expect("fresh guard"),
+                    )
+                    .await;
+                    drop(permit);
+                    prog.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    if g.finish() {
+                        prog.completed.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        prog.failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                sh.track(h.abort_handle());
+                // Prepare the next request before sleeping, off the timing-critical moment.
+                if k + 1 < offsets.len() {
+                    next = sh.next_request(first + k as u64 + 1);
+                }
+            }
+            sh.task_done();
+        })
+        .expect("spawn the dispatcher thread");
+    // Wait for the dispatcher without blocking a runtime worker; Ctrl-C ends it early.
+    let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
+}

@@ -1,0 +1,299 @@
+//! The load generator against the simulator over real loopback sockets: every request's
+//! measured TTFT and ITL is compared with the simulator's own record of that request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quetta_engine::Engine;
+use quetta_loadgen::{run, Load, RecordSink, RunConfig, RunControl};
+use quetta_metrics::RequestRecord;
+use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
+use quetta_sim::{SimConfig, Simulator};
+use quetta_workload::arrival::Arrival;
+use quetta_workload::synthetic::SyntheticSpec;
+
+/// Timing tests run one at a time: on 2 cores, parallel tests measure each other.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[derive(Clone, Default)]
+struct VecSink(Arc<Mutex<Vec<RequestRecord>>>);
+
+impl RecordSink for VecSink {
+    fn write(&mut self, rec: &RequestRecord) -> std::io::Result<()> {
+        self.0.lock().unwrap().push(rec.clone());
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn spec(input: u32, output: u32) -> SyntheticSpec {
+    SyntheticSpec {
+        input_len: input,
+        input_stddev: 0.0,
+        output_len: output,
+        output_stddev: 0.0,
+        chat: true,
+        seed: 1,
+    }
+}
+
+fn engine(sim: &Simulator) -> Arc<dyn Engine> {
+    Arc::new(OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap())
+}
+
+fn p(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 * q).ceil() as usize).saturating_sub(1)]
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Per request: client TTFT and ITL against the simulator's own record of the same request.
+///
+/// The issue asks for a p99 difference under 1 ms at concurrency 1, 64 and 512. On the 2-core
+/// machine this project is developed and tested on, with the simulator sharing those cores,
+/// that holds at concurrency 1; at 64 and 512 the measured p99 is higher (see
+/// docs/PERFORMANCE.md): the simulator's 1 ms timer ticks release synchronized bursts that both
+/// processes must work through on 2 cores, and the simulator's own arrival stamp lags behind
+/// request bursts. The test asserts the 1 ms bound where it holds, a median bound everywhere,
+/// and prints every figure; the bounds at 64 and 512 are regression guards, not the target.
+#[test]
+fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
+    let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = runtime();
+    //  (concurrency, requests, output tokens, p99 bound TTFT, p99 bound ITL, p50 bound ITL)
+    for (conc, n, out, ttft_bound, itl_bound, itl_median) in [
+        (1usize, 20u64, 40u32, 1.0, 1.0, 0.5),
+        (64, 256, 30, 10.0, 5.0, 1.0),
+        (512, 1024, 20, 60.0, 25.0, 4.0),
+    ] {
+        let sim = Simulator::start(SimConfig {
+            ttft: Duration::from_millis(50),
+            itl: Duration::from_millis(10),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let sink = VecSink::default();
+        let mut cfg = RunConfig::closed(conc, n);
+        cfg.warmup = conc as u64; // open the connections first, as any benchmark does
+        let out_c = rt
+            .block_on(run(
+                engine(&sim),
+                Box::new(spec(16, out)),
+                cfg,
+                Some(Box::new(sink.clone())),
+                vec![],
+                RunControl::new(),
+            ))
+            .unwrap();
+        assert_eq!(out_c.aggregate.completed, n, "every request completed at concurrency {conc}");
+        let sim_recs: HashMap<u64, _> =
+            sim.records().into_iter().filter_map(|r| r.request_id.map(|i| (i, r))).collect();
+        let recs = sink.0.lock().unwrap().clone();
+        assert_eq!(recs.len() as u64, n);
+        let (mut ttft_d, mut itl_d, mut lag) = (Vec::new(), Vec::new(), Vec::new());
+        for r in &recs {
+            let s = &sim_recs[&r.id];
+            let sim_ttft = (s.chunks[0] - s.arrival).as_secs_f64() * 1e3;
+            let ttft = r.ttft_ms.unwrap();
+            assert!(
+                ttft > sim_ttft - 0.01,
+                "the client cannot see the first token before the server sent it"
+            );
+            ttft_d.push((ttft - sim_ttft).abs());
+            assert_eq!(r.itl_ms.len() + 1, s.chunks.len());
+            let mut t = r.first_token_offset_ms.unwrap();
+            for k in 0..s.chunks.len() {
+                if k > 0 {
+                    let g = r.itl_ms[k - 1];
+                    t += g;
+                    let sg = (s.chunks[k] - s.chunks[k - 1]).as_secs_f64() * 1e3;
+                    itl_d.push((g - sg).abs());
+                }
+                let client = out_c.run_start + Duration::from_secs_f64(t / 1e3);
+                lag.push(client.saturating_duration_since(s.chunks[k]).as_secs_f64() * 1e3);
+            }
+            assert_eq!(r.output_tokens, Some(u64::from(out)));
+        }
+        let (t, i, l) = (p(ttft_d.clone(), 0.99), p(itl_d.clone(), 0.99), p(lag.clone(), 0.99));
+        eprintln!(
+            "concurrency {conc}: |TTFT client-server| p50 {:.3} p99 {t:.3} ms; |ITL client-server| p50 {:.3} p99 {i:.3} ms; chunk stamp lag p50 {:.3} p99 {l:.3} ms",
+            p(ttft_d, 0.5),
+            p(itl_d.clone(), 0.5),
+            p(lag, 0.5)
+        );
+        assert!(p(itl_d, 0.5) < itl_median, "median ITL difference at concurrency {conc}");
+        assert!(t < ttft_bound, "TTFT p99 difference {t} ms at concurrency {conc}");
+        assert!(i < itl_bound, "ITL p99 difference {i} ms at concurrency {conc}");
+    }
+}
+
+#[test]
+fn open_loop_poisson_schedule_is_exponential_and_rate_is_kept() {
+    let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = runtime();
+    let sim = Simulator::start(SimConfig {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(1),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let rate = 250.0;
+    for arrival in [Arrival::Poisson, Arrival::Constant] {
+        let sink = VecSink::default();
+        let mut cfg = RunConfig::open(rate, arrival, 1500);
+        cfg.seed = 11;
+        let o = rt
+            .block_on(run(
+                engine(&sim),
+                Box::new(spec(8, 4)),
+                cfg,
+                Some(Box::new(sink.clone())),
+                vec![],
+                RunControl::new(),
+            ))
+            .unwrap();
+        assert_eq!(o.dispatched, 1500);
+        assert_eq!(o.aggregate.completed + o.aggregate.failed, 1500, "no request lost");
+        let mut recs = sink.0.lock().unwrap().clone();
+        recs.sort_by(|a, b| a.intended_offset_ms.total_cmp(&b.intended_offset_ms));
+        let intended: Vec<f64> = recs.iter().map(|r| r.intended_offset_ms / 1e3).collect();
+        let sent: Vec<f64> = recs.iter().map(|r| r.sent_offset_ms.unwrap() / 1e3).collect();
+        let span = |v: &[f64]| v.last().unwrap() - v.first().unwrap();
+        let scheduled_rate = (intended.len() - 1) as f64 / span(&intended);
+        let achieved = (sent.len() - 1) as f64 / span(&sent);
+        eprintln!(
+            "{arrival:?}: scheduled {scheduled_rate:.2}/s achieved {achieved:.2}/s lag p99 {:?} ms",
+            o.aggregate.summary(&[]).schedule_lag_ms.p99
+        );
+        assert!(
+            (achieved / scheduled_rate - 1.0).abs() < 0.02,
+            "achieved {achieved} vs scheduled {scheduled_rate}"
+        );
+        if arrival == Arrival::Constant {
+            assert!(
+                (achieved / rate - 1.0).abs() < 0.02,
+                "achieved {achieved} vs requested {rate}"
+            );
+        } else {
+            // Kolmogorov-Smirnov against Exp(rate); critical value at alpha = 0.01.
+            let mut gaps: Vec<f64> = intended.windows(2).map(|w| w[1] - w[0]).collect();
+            gaps.sort_by(f64::total_cmp);
+            let n = gaps.len() as f64;
+            let d = gaps
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let f = 1.0 - (-rate * x).exp();
+                    (f - i as f64 / n).abs().max(((i + 1) as f64 / n - f).abs())
+                })
+                .fold(0.0, f64::max);
+            eprintln!("KS D = {d:.4} (critical {:.4})", 1.63 / n.sqrt());
+            assert!(d < 1.63 / n.sqrt(), "KS statistic {d}");
+        }
+    }
+}
+
+#[test]
+fn too_small_cap_makes_queue_time_and_latency_from_schedule_grow_and_loses_nothing() {
+    let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = runtime();
+    // each request takes ~50 + 9 * 10 = 140 ms; cap 2 serves ~14 req/s; we ask for 50 req/s
+    let sim = Simulator::start(SimConfig {
+        ttft: Duration::from_millis(50),
+        itl: Duration::from_millis(10),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let sink = VecSink::default();
+    let mut cfg = RunConfig::open(50.0, Arrival::Constant, 60);
+    cfg.load = Load::Open { rate: 50.0, arrival: Arrival::Constant, max_concurrency: Some(2) };
+    let o = rt
+        .block_on(run(
+            engine(&sim),
+            Box::new(spec(8, 10)),
+            cfg,
+            Some(Box::new(sink.clone())),
+            vec![],
+            RunControl::new(),
+        ))
+        .unwrap();
+    assert_eq!(o.aggregate.completed, 60, "no request lost");
+    let mut recs = sink.0.lock().unwrap().clone();
+    recs.sort_by_key(|r| r.id);
+    let first = &recs[..10];
+    let last = &recs[50..];
+    let mean = |v: &[RequestRecord], f: fn(&RequestRecord) -> f64| {
+        v.iter().map(f).sum::<f64>() / v.len() as f64
+    };
+    let q_first = mean(first, |r| r.queue_ms);
+    let q_last = mean(last, |r| r.queue_ms);
+    eprintln!("queue first {q_first:.1} ms, last {q_last:.1} ms");
+    assert!(q_last > q_first + 1000.0, "queue time must grow: {q_first} -> {q_last}");
+    for r in last {
+        let e2e = r.e2e_ms.unwrap();
+        let from_intended = r.e2e_from_intended_ms.unwrap();
+        assert!(from_intended > e2e + 1000.0, "latency from schedule includes the wait");
+        assert!((from_intended - (e2e + r.queue_ms + r.schedule_lag_ms)).abs() < 0.01);
+    }
+    let s = o.aggregate.summary(&[]);
+    assert!(s.queue_ms.p99.unwrap() > 1000.0);
+}
+
+#[test]
+fn duration_stop_warmup_and_ctrl_c() {
+    let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = runtime();
+    let sim = Simulator::start(SimConfig {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(2),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    // duration-bounded closed loop with warmup: warmup requests are not in the results
+    let mut cfg = RunConfig::closed(4, 0);
+    cfg.num_requests = None;
+    cfg.duration = Some(Duration::from_millis(500));
+    cfg.warmup = 8;
+    let sink = VecSink::default();
+    let o = rt
+        .block_on(run(
+            engine(&sim),
+            Box::new(spec(8, 8)),
+            cfg,
+            Some(Box::new(sink.clone())),
+            vec![],
+            RunControl::new(),
+        ))
+        .unwrap();
+    assert_eq!(o.warmup_completed, 8);
+    let recs = sink.0.lock().unwrap().clone();
+    assert!(recs.iter().all(|r| r.id >= 8), "warmup ids are not recorded");
+    assert_eq!(recs.len() as u64, o.dispatched);
+    assert!(o.dispatched > 20);
+    assert!(recs.iter().all(|r| r.sent_offset_ms.unwrap() < 500.0));
+    // a stop mid-run: no new sends, requests in flight drain, all accounted for
+    let control = RunControl::new();
+    let c2 = control.clone();
+    let sink = VecSink::default();
+    let mut cfg = RunConfig::open(100.0, Arrival::Constant, 10_000);
+    cfg.drain_timeout = Duration::from_secs(5);
+    let o = rt.block_on(async {
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c2.stop();
+        });
+        run(engine(&sim), Box::new(spec(8, 8)), cfg, Some(Box::new(sink.clone())), vec![], control)
+            .await
+            .unwrap()
+    });
+    assert!(o.interrupted);
+    assert!(o.dispatched < 100, "{}", o.dispatched);
+    assert_eq!(sink.0.lock().unwrap().len() as u64, o.dispatched);
+    assert_eq!(o.aggregate.completed + o.aggregate.failed, o.dispatched);
+}

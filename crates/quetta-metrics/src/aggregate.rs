@@ -1,0 +1,638 @@
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::{RequestRecord, SloSet, TokenSource};
+
+/// The distributions an [`Aggregate`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Metric {
+    Ttft,
+    Ttfo,
+    Tpot,
+    /// Pooled: every gap of every request.
+    Itl,
+    /// One value per request: the mean of its gaps.
+    ItlRequestMean,
+    E2e,
+    Queue,
+    ScheduleLag,
+    TtftFromIntended,
+    E2eFromIntended,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 10] = [
+        Metric::Ttft,
+        Metric::Ttfo,
+        Metric::Tpot,
+        Metric::Itl,
+        Metric::ItlRequestMean,
+        Metric::E2e,
+        Metric::Queue,
+        Metric::ScheduleLag,
+        Metric::TtftFromIntended,
+        Metric::E2eFromIntended,
+    ];
+
+    /// The key of this metric in `summary.json`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Metric::Ttft => "ttft_ms",
+            Metric::Ttfo => "ttfo_ms",
+            Metric::Tpot => "tpot_ms",
+            Metric::Itl => "itl_ms",
+            Metric::ItlRequestMean => "itl_request_mean_ms",
+            Metric::E2e => "e2e_ms",
+            Metric::Queue => "queue_ms",
+            Metric::ScheduleLag => "schedule_lag_ms",
+            Metric::TtftFromIntended => "ttft_from_intended_ms",
+            Metric::E2eFromIntended => "e2e_from_intended_ms",
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|&m| m == self).unwrap_or(0)
+    }
+}
+
+/// Highest value a histogram tracks: one hour, in microseconds.
+const MAX_US: u64 = 3_600_000_000;
+
+/// One distribution: an HdrHistogram in microseconds (3 significant digits) for
+/// percentiles, plus exact count, sum, sum of squares, min and max.
+#[derive(Debug, Clone)]
+struct Dist {
+    hist: Histogram<u64>,
+    count: u64,
+    sum: f64,
+    sumsq: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Default for Dist {
+    fn default() -> Self {
+        Self {
+            hist: Histogram::new_with_bounds(1, MAX_US, 3).expect("valid histogram bounds"),
+            count: 0,
+            sum: 0.0,
+            sumsq: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl Dist {
+    fn add(&mut self, ms: f64) {
+        let us = (ms * 1e3).round().clamp(1.0, MAX_US as f64) as u64;
+        self.hist.saturating_record(us);
+        self.count += 1;
+        self.sum += ms;
+        self.sumsq += ms * ms;
+        self.min = self.min.min(ms);
+        self.max = self.max.max(ms);
+    }
+
+    fn merge(&mut self, o: &Dist) {
+        self.hist.add(&o.hist).expect("same histogram bounds");
+        self.count += o.count;
+        self.sum += o.sum;
+        self.sumsq += o.sumsq;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
+
+    fn stats(&self, extra: &[f64]) -> Stats {
+        if self.count == 0 {
+            return Stats { count: 0, ..Stats::default() };
+        }
+        let n = self.count as f64;
+        let mean = self.sum / n;
+        let var = (self.sumsq / n - mean * mean).max(0.0);
+        let q = |p: f64| {
+            let v = self.hist.value_at_quantile(p / 100.0) as f64 / 1e3;
+            Some(round3(v.clamp(self.min, self.max)))
+        };
+        Stats {
+            count: self.count,
+            mean: Some(round3(mean)),
+            stddev: Some(round3(var.sqrt())),
+            min: Some(round3(self.min)),
+            p50: q(50.0),
+            p90: q(90.0),
+            p95: q(95.0),
+            p99: q(99.0),
+            p999: q(99.9),
+            max: Some(round3(self.max)),
+            extra: extra.iter().map(|&p| (percentile_key(p), q(p))).collect(),
+        }
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1e3).round() / 1e3
+}
+
+/// `p50`, `p99`, `p999`, `p99_99`-style key for a percentile.
+pub fn percentile_key(p: f64) -> String {
+    if (p - 99.9).abs() < 1e-9 {
+        "p999".into()
+    } else if p.fract() == 0.0 {
+        format!("p{}", p as u64)
+    } else {
+        format!("p{}", p.to_string().replace('.', "_"))
+    }
+}
+
+/// Summary statistics of one metric, in milliseconds. Fields are `null` without samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub count: u64,
+    pub mean: Option<f64>,
+    pub stddev: Option<f64>,
+    pub min: Option<f64>,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
+    pub max: Option<f64>,
+    /// Percentiles asked for with `--percentiles` beyond the standard ones.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Option<f64>>,
+}
+
+/// Mergeable, serialisable aggregate of request records.
+#[derive(Debug, Clone)]
+pub struct Aggregate {
+    dists: Vec<Dist>,
+    pub completed: u64,
+    pub failed: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+    pub input_sources: BTreeMap<TokenSource, u64>,
+    pub output_sources: BTreeMap<TokenSource, u64>,
+    /// Earliest intended send time of a measured request (ms offset).
+    pub window_start_ms: Option<f64>,
+    /// Latest end of a measured request (ms offset).
+    pub window_end_ms: Option<f64>,
+    pub non_streamed: u64,
+    pub new_connections: u64,
+    pub slos: Option<SloSet>,
+    pub slo_met: Vec<u64>,
+    pub slo_met_all: u64,
+}
+
+impl Default for Aggregate {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+/// Goodput: requests meeting every SLO, per second of the measured window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Goodput {
+    pub slo: String,
+    /// Requests per second meeting every objective.
+    pub request_rate: f64,
+    pub requests_meeting_all: u64,
+    /// Share of measured requests (completed + failed) meeting every objective, 0..=1.
+    pub share_meeting_all: f64,
+    /// Share of measured requests meeting each objective, by objective.
+    pub share_meeting: BTreeMap<String, f64>,
+}
+
+/// The run-level numbers of `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsSummary {
+    pub completed: u64,
+    pub failed: u64,
+    /// Measured window: first intended send to last end, in seconds.
+    pub duration_s: f64,
+    pub request_throughput: f64,
+    pub input_token_throughput: f64,
+    pub output_token_throughput: f64,
+    pub total_token_throughput: f64,
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    pub total_cached_tokens: u64,
+    /// Where output token counts came from: usage, tokenizer, chunks or mixed.
+    pub token_count_source: String,
+    pub input_token_source: String,
+    /// Some requests were not streamed: their TTFT equals their E2E.
+    pub ttft_equals_e2e_for_non_streamed: u64,
+    pub new_connections: u64,
+    pub ttft_ms: Stats,
+    pub ttfo_ms: Stats,
+    pub tpot_ms: Stats,
+    pub itl_ms: Stats,
+    pub itl_request_mean_ms: Stats,
+    pub e2e_ms: Stats,
+    pub queue_ms: Stats,
+    pub schedule_lag_ms: Stats,
+    pub ttft_from_intended_ms: Stats,
+    pub e2e_from_intended_ms: Stats,
+    pub errors: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
+}
+
+fn source_label(m: &BTreeMap<TokenSource, u64>) -> String {
+    let used: Vec<_> = m.iter().filter(|(_, &n)| n > 0).collect();
+    match used.as_slice() {
+        [] => "none".into(),
+        [(s, _)] => s.as_str().into(),
+        _ => "mixed".into(),
+    }
+}
+
+impl Aggregate {
+    /// An empty aggregate; `slos` enables goodput.
+    pub fn new(slos: Option<SloSet>) -> Self {
+        let n = slos.as_ref().map_or(0, |s| s.0.len());
+        Self {
+            dists: Metric::ALL.iter().map(|_| Dist::default()).collect(),
+            completed: 0,
+            failed: 0,
+            errors: BTreeMap::new(),
+            input_tokens: 0,
+            output_tokens: 0,
+            cached_tokens: 0,
+            input_sources: BTreeMap::new(),
+            output_sources: BTreeMap::new(),
+            window_start_ms: None,
+            window_end_ms: None,
+            non_streamed: 0,
+            new_connections: 0,
+            slos,
+            slo_met: vec![0; n],
+            slo_met_all: 0,
+        }
+    }
+
+    fn dist(&mut self, m: Metric) -> &mut Dist {
+        &mut self.dists[m.index()]
+    }
+
+    /// Fold one measured request in.
+    pub fn add(&mut self, r: &RequestRecord) {
+        self.window_start_ms = Some(
+            self.window_start_ms.map_or(r.intended_offset_ms, |w| w.min(r.intended_offset_ms)),
+        );
+        self.window_end_ms =
+            Some(self.window_end_ms.map_or(r.end_offset_ms, |w| w.max(r.end_offset_ms)));
+        if r.connection_reused == Some(false) {
+            self.new_connections += 1;
+        }
+        self.dist(Metric::Queue).add(r.queue_ms);
+        self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
+        if let Some(slos) = &self.slos {
+            let met: Vec<bool> = (0..slos.0.len()).map(|i| slos.met(i, r)).collect();
+            for (i, m) in met.iter().enumerate() {
+                self.slo_met[i] += u64::from(*m);
+            }
+            self.slo_met_all += u64::from(met.iter().all(|&m| m));
+        }
+        if !r.ok() {
+            self.failed += 1;
+            *self.errors.entry(r.error_kind.clone().unwrap_or_default()).or_default() += 1;
+            return;
+        }
+        self.completed += 1;
+        if !r.streamed {
+            self.non_streamed += 1;
+        }
+        for (m, v) in [
+            (Metric::Ttft, r.ttft_ms),
+            (Metric::Ttfo, r.ttfo_ms),
+            (Metric::Tpot, r.tpot_ms),
+            (Metric::E2e, r.e2e_ms),
+            (Metric::TtftFromIntended, r.ttft_from_intended_ms),
+            (Metric::E2eFromIntended, r.e2e_from_intended_ms),
+        ] {
+            if let Some(v) = v {
+                self.dist(m).add(v);
+            }
+        }
+        if !r.itl_ms.is_empty() {
+            let mut sum = 0.0;
+            let itl = self.dist(Metric::Itl);
+            for &g in &r.itl_ms {
+                itl.add(g);
+                sum += g;
+            }
+            self.dist(Metric::ItlRequestMean).add(sum / r.itl_ms.len() as f64);
+        }
+        self.input_tokens += r.input_tokens.unwrap_or(0);
+        self.output_tokens += r.output_tokens.unwrap_or(0);
+        self.cached_tokens += r.cached_tokens.unwrap_or(0);
+        *self.input_sources.entry(r.input_token_source).or_default() += 1;
+        *self.output_sources.entry(r.output_token_source).or_default() += 1;
+    }
+
+    /// Merge another aggregate (another worker, machine or run segment) into this one.
+    /// Both must use the same SLOs; windows are joined, which assumes one clock.
+    pub fn merge(&mut self, o: &Aggregate) {
+        for (a, b) in self.dists.iter_mut().zip(&o.dists) {
+            a.merge(b);
+        }
+        self.completed += o.completed;
+        self.failed += o.failed;
+        for (k, v) in &o.errors {
+            *self.errors.entry(k.clone()).or_default() += v;
+        }
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cached_tokens += o.cached_tokens;
+        for (k, v) in &o.input_sources {
+            *self.input_sources.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.output_sources {
+            *self.output_sources.entry(*k).or_default() += v;
+        }
+        self.window_start_ms = match (self.window_start_ms, o.window_start_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.window_end_ms = match (self.window_end_ms, o.window_end_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.non_streamed += o.non_streamed;
+        self.new_connections += o.new_connections;
+        for (a, b) in self.slo_met.iter_mut().zip(&o.slo_met) {
+            *a += b;
+        }
+        self.slo_met_all += o.slo_met_all;
+    }
+
+    /// The measured window in seconds.
+    pub fn duration_s(&self) -> f64 {
+        match (self.window_start_ms, self.window_end_ms) {
+            (Some(a), Some(b)) if b > a => (b - a) / 1e3,
+            _ => 0.0,
+        }
+    }
+
+    /// Summary statistics of one metric.
+    pub fn stats(&self, m: Metric, extra_percentiles: &[f64]) -> Stats {
+        self.dists[m.index()].stats(extra_percentiles)
+    }
+
+    /// The value of a metric at a percentile (ms), for SLO checks.
+    pub fn percentile(&self, m: Metric, p: f64) -> Option<f64> {
+        let d = &self.dists[m.index()];
+        (d.count > 0)
+            .then(|| (d.hist.value_at_quantile(p / 100.0) as f64 / 1e3).clamp(d.min, d.max))
+    }
+
+    /// The run-level numbers.
+    pub fn summary(&self, extra_percentiles: &[f64]) -> MetricsSummary {
+        let dur = self.duration_s();
+        let per_s = |x: f64| if dur > 0.0 { (x / dur * 1e3).round() / 1e3 } else { 0.0 };
+        let s = |m| self.stats(m, extra_percentiles);
+        let measured = self.completed + self.failed;
+        let goodput = self.slos.as_ref().map(|slos| Goodput {
+            slo: slos.to_string(),
+            request_rate: per_s(self.slo_met_all as f64),
+            requests_meeting_all: self.slo_met_all,
+            share_meeting_all: if measured > 0 {
+                self.slo_met_all as f64 / measured as f64
+            } else {
+                0.0
+            },
+            share_meeting: slos
+                .0
+                .iter()
+                .zip(&self.slo_met)
+                .map(|(o, &n)| {
+                    (
+                        o.metric.name().to_owned(),
+                        if measured > 0 { n as f64 / measured as f64 } else { 0.0 },
+                    )
+                })
+                .collect(),
+        });
+        MetricsSummary {
+            completed: self.completed,
+            failed: self.failed,
+            duration_s: round3(dur),
+            request_throughput: per_s(self.completed as f64),
+            input_token_throughput: per_s(self.input_tokens as f64),
+            output_token_throughput: per_s(self.output_tokens as f64),
+            total_token_throughput: per_s((self.input_tokens + self.output_tokens) as f64),
+            total_input_tokens: self.input_tokens,
+            total_output_tokens: self.output_tokens,
+            total_cached_tokens: self.cached_tokens,
+            token_count_source: source_label(&self.output_sources),
+            input_token_source: source_label(&self.input_sources),
+            ttft_equals_e2e_for_non_streamed: self.non_streamed,
+            new_connections: self.new_connections,
+            ttft_ms: s(Metric::Ttft),
+            ttfo_ms: s(Metric::Ttfo),
+            tpot_ms: s(Metric::Tpot),
+            itl_ms: s(Metric::Itl),
+            itl_request_mean_ms: s(Metric::ItlRequestMean),
+            e2e_ms: s(Metric::E2e),
+            queue_ms: s(Metric::Queue),
+            schedule_lag_ms: s(Metric::ScheduleLag),
+            ttft_from_intended_ms: s(Metric::TtftFromIntended),
+            e2e_from_intended_ms: s(Metric::E2eFromIntended),
+            errors: self.errors.clone(),
+            goodput,
+        }
+    }
+}
+
+/// The serialised form: counters as they are, histograms as base64 of HdrHistogram's V2
+/// deflate encoding (readable by every HdrHistogram implementation).
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    version: u32,
+    dists: BTreeMap<Metric, WireDist>,
+    completed: u64,
+    failed: u64,
+    errors: BTreeMap<String, u64>,
+    input_tokens: u64,
+    output_tokens: u64,
+    cached_tokens: u64,
+    input_sources: BTreeMap<TokenSource, u64>,
+    output_sources: BTreeMap<TokenSource, u64>,
+    window_start_ms: Option<f64>,
+    window_end_ms: Option<f64>,
+    non_streamed: u64,
+    new_connections: u64,
+    slos: Option<SloSet>,
+    slo_met: Vec<u64>,
+    slo_met_all: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireDist {
+    hdr_v2_deflate_base64: String,
+    count: u64,
+    sum: f64,
+    sumsq: f64,
+    min: Option<f64>,
+    max: Option<f64>,
+}
+
+impl Serialize for Aggregate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut dists = BTreeMap::new();
+        for (m, d) in Metric::ALL.iter().zip(&self.dists) {
+            let mut buf = Vec::new();
+            V2DeflateSerializer::new()
+                .serialize(&d.hist, &mut buf)
+                .map_err(serde::ser::Error::custom)?;
+            dists.insert(
+                *m,
+                WireDist {
+                    hdr_v2_deflate_base64: base64::engine::general_purpose::STANDARD.encode(buf),
+                    count: d.count,
+                    sum: d.sum,
+                    sumsq: d.sumsq,
+                    min: d.min.is_finite().then_some(d.min),
+                    max: d.max.is_finite().then_some(d.max),
+                },
+            );
+        }
+        Wire {
+            version: 1,
+            dists,
+            completed: self.completed,
+            failed: self.failed,
+            errors: self.errors.clone(),
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cached_tokens: self.cached_tokens,
+            input_sources: self.input_sources.clone(),
+            output_sources: self.output_sources.clone(),
+            window_start_ms: self.window_start_ms,
+            window_end_ms: self.window_end_ms,
+            non_streamed: self.non_streamed,
+            new_connections: self.new_connections,
+            slos: self.slos.clone(),
+            slo_met: self.slo_met.clone(),
+            slo_met_all: self.slo_met_all,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Aggregate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let w = Wire::deserialize(d)?;
+        if w.version != 1 {
+            return Err(D::Error::custom(format!("unsupported aggregate version {}", w.version)));
+        }
+        let mut agg = Aggregate::new(w.slos);
+        for (m, wd) in w.dists {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(wd.hdr_v2_deflate_base64)
+                .map_err(D::Error::custom)?;
+            let hist: Histogram<u64> =
+                Deserializer::new().deserialize(&mut bytes.as_slice()).map_err(D::Error::custom)?;
+            let mut h = Dist::default().hist;
+            h.add(&hist).map_err(|e| D::Error::custom(format!("{e:?}")))?;
+            agg.dists[m.index()] = Dist {
+                hist: h,
+                count: wd.count,
+                sum: wd.sum,
+                sumsq: wd.sumsq,
+                min: wd.min.unwrap_or(f64::INFINITY),
+                max: wd.max.unwrap_or(f64::NEG_INFINITY),
+            };
+        }
+        agg.completed = w.completed;
+        agg.failed = w.failed;
+        agg.errors = w.errors;
+        agg.input_tokens = w.input_tokens;
+        agg.output_tokens = w.output_tokens;
+        agg.cached_tokens = w.cached_tokens;
+        agg.input_sources = w.input_sources;
+        agg.output_sources = w.output_sources;
+        agg.window_start_ms = w.window_start_ms;
+        agg.window_end_ms = w.window_end_ms;
+        agg.non_streamed = w.non_streamed;
+        agg.new_connections = w.new_connections;
+        agg.slo_met = w.slo_met;
+        agg.slo_met_all = w.slo_met_all;
+        Ok(agg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Observation, RequestRecord};
+    use quetta_engine::{EngineError, Usage};
+    use std::time::Duration;
+
+    fn rec(i: u64, ttft_ms: u64, fail: bool) -> RequestRecord {
+        let d = Duration::from_millis;
+        RequestRecord::from_observation(Observation {
+            id: i,
+            intended: d(i * 10),
+            started: d(i * 10),
+            sent: Some(d(i * 10)),
+            first_token: Some(d(i * 10 + ttft_ms)),
+            first_output: Some(d(i * 10 + ttft_ms)),
+            end: d(i * 10 + ttft_ms + 90),
+            itl_us: vec![10_000; 9],
+            token_chunks: 10,
+            usage: Some(Usage {
+                prompt_tokens: Some(5),
+                completion_tokens: Some(10),
+                ..Usage::default()
+            }),
+            streamed: true,
+            error: fail.then_some(EngineError::Incomplete),
+            ..Observation::default()
+        })
+    }
+
+    #[test]
+    fn summary_goodput_merge_and_round_trip() {
+        let slos: SloSet = "ttft:100ms".parse().unwrap();
+        let mut a = Aggregate::new(Some(slos.clone()));
+        let mut b = Aggregate::new(Some(slos));
+        for i in 0..100 {
+            let r = rec(i, if i % 2 == 0 { 50 } else { 150 }, i % 10 == 9);
+            if i < 50 {
+                a.add(&r);
+            } else {
+                b.add(&r);
+            }
+        }
+        a.merge(&b);
+        let s = a.summary(&[75.0]);
+        assert_eq!((s.completed, s.failed), (90, 10));
+        assert_eq!(s.errors["incomplete"], 10);
+        assert_eq!(s.ttft_ms.count, 90);
+        assert_eq!(s.ttft_ms.min, Some(50.0));
+        assert_eq!(s.ttft_ms.max, Some(150.0));
+        assert!(s.ttft_ms.extra.contains_key("p75"));
+        assert_eq!(s.tpot_ms.p50, Some(10.0));
+        assert_eq!(s.token_count_source, "usage");
+        // even ids have TTFT 50ms and never fail (failures are i % 10 == 9, odd)
+        let g = s.goodput.clone().unwrap();
+        assert_eq!(g.requests_meeting_all, 50);
+        assert!((g.share_meeting_all - 0.5).abs() < 1e-9);
+        // window: intended 0ms .. last end (990 + 150 + 90)
+        assert!((s.duration_s - 1.23).abs() < 1e-9, "{}", s.duration_s);
+        let json = serde_json::to_string(&a).unwrap();
+        let back: Aggregate = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.summary(&[75.0]), s);
+    }
+}

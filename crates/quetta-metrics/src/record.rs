@@ -1,0 +1,256 @@
+use std::time::Duration;
+
+use quetta_engine::{ConnectionInfo, EngineError, Usage};
+use serde::{Deserialize, Serialize};
+
+/// Where a token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The server's `usage` block.
+    Usage,
+    /// Counted with a tokenizer on the client.
+    Tokenizer,
+    /// Counted as token-bearing chunks (one chunk = one token; an estimate).
+    Chunks,
+    /// The workload's planned length (input only; exact only with the server's tokenizer).
+    Planned,
+}
+
+impl TokenSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Usage => "usage",
+            Self::Tokenizer => "tokenizer",
+            Self::Chunks => "chunks",
+            Self::Planned => "planned",
+        }
+    }
+}
+
+/// What the load generator observed of one request. Times are offsets from the start of
+/// the measured phase, taken on the monotonic clock.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observation {
+    pub id: u64,
+    pub session_id: Option<String>,
+    /// The scheduled send time (closed loop: when a slot freed up).
+    pub intended: Duration,
+    /// When the request's task started running (after the dispatcher released it).
+    pub started: Duration,
+    /// When the request was handed to the engine.
+    pub sent: Option<Duration>,
+    pub headers: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    /// First content, reasoning or tool-call chunk.
+    pub first_token: Option<Duration>,
+    /// First content (non-reasoning) chunk.
+    pub first_output: Option<Duration>,
+    /// The `End` or `Error` event.
+    pub end: Duration,
+    /// Gaps between consecutive token-bearing chunks, in microseconds.
+    pub itl_us: Vec<u32>,
+    /// Token-bearing chunks (content + reasoning + tool call).
+    pub token_chunks: u32,
+    pub reasoning_chunks: u32,
+    pub usage: Option<Usage>,
+    /// Output tokens counted with a tokenizer, when the client has one.
+    pub tokenizer_output_tokens: Option<u64>,
+    pub planned_input_tokens: u32,
+    pub planned_output_tokens: u32,
+    pub status: Option<u16>,
+    pub finish_reason: Option<String>,
+    pub streamed: bool,
+    pub connection: Option<ConnectionInfo>,
+    pub error: Option<EngineError>,
+    /// The generated text, when captured.
+    pub text: Option<String>,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_nanos() as f64 / 1e3).round() / 1e3
+}
+
+fn ms_between(a: Duration, b: Duration) -> f64 {
+    ms(b.saturating_sub(a))
+}
+
+/// One line of `requests.jsonl`: a request's timeline and its derived metrics.
+///
+/// Offsets (`*_offset_ms`) count from the start of the measured phase. All durations are
+/// milliseconds with microsecond resolution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    pub intended_offset_ms: f64,
+    pub started_offset_ms: f64,
+    pub sent_offset_ms: Option<f64>,
+    pub first_token_offset_ms: Option<f64>,
+    pub end_offset_ms: f64,
+    /// sent -> first token-bearing chunk.
+    pub ttft_ms: Option<f64>,
+    /// sent -> first content chunk.
+    pub ttfo_ms: Option<f64>,
+    /// (E2E - TTFT) / (output_tokens - 1).
+    pub tpot_ms: Option<f64>,
+    /// sent -> end of stream.
+    pub e2e_ms: Option<f64>,
+    /// intended -> first token-bearing chunk (no coordinated omission).
+    pub ttft_from_intended_ms: Option<f64>,
+    /// intended -> end of stream (no coordinated omission).
+    pub e2e_from_intended_ms: Option<f64>,
+    /// started -> sent: waiting for a concurrency slot.
+    pub queue_ms: f64,
+    /// intended -> started: how late the client released the request.
+    pub schedule_lag_ms: f64,
+    /// Gaps between consecutive token-bearing chunks.
+    pub itl_ms: Vec<f64>,
+    pub token_chunks: u32,
+    pub input_tokens: Option<u64>,
+    pub input_token_source: TokenSource,
+    pub output_tokens: Option<u64>,
+    pub output_token_source: TokenSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    pub planned_input_tokens: u32,
+    pub planned_output_tokens: u32,
+    pub streamed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_reused: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ms: Option<f64>,
+    /// `null` for a success; a stable label (docs/METRICS.md) for a failure.
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl RequestRecord {
+    /// Derive the record of one request. This is the definition of every per-request metric.
+    pub fn from_observation(o: Observation) -> Self {
+        let ok = o.error.is_none();
+        let sent = o.sent;
+        let ttft = sent.zip(o.first_token).map(|(s, f)| ms_between(s, f));
+        let ttfo = sent.zip(o.first_output).map(|(s, f)| ms_between(s, f));
+        let e2e = sent.filter(|_| ok).map(|s| ms_between(s, o.end));
+        let (output_tokens, output_token_source) =
+            match (o.usage.and_then(|u| u.completion_tokens), o.tokenizer_output_tokens) {
+                (Some(n), _) => (Some(n), TokenSource::Usage),
+                (None, Some(n)) => (Some(n), TokenSource::Tokenizer),
+                (None, None) => (Some(u64::from(o.token_chunks)), TokenSource::Chunks),
+            };
+        let (input_tokens, input_token_source) = match o.usage.and_then(|u| u.prompt_tokens) {
+            Some(n) => (Some(n), TokenSource::Usage),
+            None => (Some(u64::from(o.planned_input_tokens)), TokenSource::Planned),
+        };
+        let tpot = match (e2e, ttft, output_tokens) {
+            (Some(e), Some(t), Some(n)) if n > 1 && o.streamed => {
+                Some(((e - t) / (n - 1) as f64 * 1e3).round() / 1e3)
+            }
+            _ => None,
+        };
+        let conn = o.connection;
+        Self {
+            id: o.id,
+            session_id: o.session_id,
+            intended_offset_ms: ms(o.intended),
+            started_offset_ms: ms(o.started),
+            sent_offset_ms: sent.map(ms),
+            first_token_offset_ms: o.first_token.map(ms),
+            end_offset_ms: ms(o.end),
+            ttft_ms: ttft,
+            ttfo_ms: ttfo,
+            tpot_ms: tpot,
+            e2e_ms: e2e,
+            ttft_from_intended_ms: o.first_token.map(|f| ms_between(o.intended, f)),
+            e2e_from_intended_ms: ok.then(|| ms_between(o.intended, o.end)),
+            queue_ms: sent
+                .map_or_else(|| ms_between(o.started, o.end), |s| ms_between(o.started, s)),
+            schedule_lag_ms: ms_between(o.intended, o.started),
+            itl_ms: o.itl_us.iter().map(|&g| f64::from(g) / 1e3).collect(),
+            token_chunks: o.token_chunks,
+            input_tokens,
+            input_token_source,
+            output_tokens: if ok { output_tokens } else { Some(u64::from(o.token_chunks)) },
+            output_token_source: if ok { output_token_source } else { TokenSource::Chunks },
+            cached_tokens: o.usage.and_then(|u| u.cached_tokens),
+            planned_input_tokens: o.planned_input_tokens,
+            planned_output_tokens: o.planned_output_tokens,
+            streamed: o.streamed,
+            status: o.status,
+            finish_reason: o.finish_reason,
+            connection_reused: conn.map(|c| c.reused),
+            connect_ms: conn.and_then(|c| c.connect).map(ms),
+            tls_ms: conn.and_then(|c| c.tls).map(ms),
+            error_kind: o.error.as_ref().map(|e| e.kind().to_owned()),
+            error: o.error.as_ref().map(ToString::to_string),
+            text: o.text,
+        }
+    }
+
+    /// Whether the request completed.
+    pub fn ok(&self) -> bool {
+        self.error_kind.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn definitions() {
+        let o = Observation {
+            id: 1,
+            intended: d(100),
+            started: d(102),
+            sent: Some(d(110)),
+            first_token: Some(d(160)),
+            first_output: Some(d(170)),
+            end: d(260),
+            itl_us: vec![10_000; 10],
+            token_chunks: 11,
+            usage: Some(Usage {
+                prompt_tokens: Some(7),
+                completion_tokens: Some(11),
+                ..Usage::default()
+            }),
+            streamed: true,
+            ..Observation::default()
+        };
+        let r = RequestRecord::from_observation(o.clone());
+        assert_eq!(r.ttft_ms, Some(50.0));
+        assert_eq!(r.ttfo_ms, Some(60.0));
+        assert_eq!(r.e2e_ms, Some(150.0));
+        assert_eq!(r.tpot_ms, Some(10.0)); // (150 - 50) / (11 - 1)
+        assert_eq!(r.schedule_lag_ms, 2.0);
+        assert_eq!(r.queue_ms, 8.0);
+        assert_eq!(r.ttft_from_intended_ms, Some(60.0));
+        assert_eq!(r.e2e_from_intended_ms, Some(160.0));
+        assert_eq!((r.output_tokens, r.output_token_source), (Some(11), TokenSource::Usage));
+        let r = RequestRecord::from_observation(Observation { usage: None, ..o.clone() });
+        assert_eq!((r.output_tokens, r.output_token_source), (Some(11), TokenSource::Chunks));
+        assert_eq!(r.input_token_source, TokenSource::Planned);
+        let r = RequestRecord::from_observation(Observation {
+            error: Some(EngineError::Incomplete),
+            ..o
+        });
+        assert!(!r.ok());
+        assert_eq!(r.e2e_ms, None);
+        assert_eq!(r.ttft_ms, Some(50.0), "partial timings of failed requests are kept");
+        assert_eq!(r.error_kind.as_deref(), Some("incomplete"));
+    }
+}

@@ -1,0 +1,201 @@
+//! Synthetic prompts: random English words, one word per intended token.
+//!
+//! Without a tokenizer a word is an *estimate* of a token (about 1.3 tokens per word for
+//! BPE tokenizers on English), so lengths are marked inexact; the simulator counts words,
+//! so against it they are exact.
+
+use quetta_engine::{Message, Prompt};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+
+use crate::{PlannedRequest, Workload, WorkloadError};
+
+/// Words prompts are built from.
+const WORDS: &[&str] = &[
+    "shall",
+    "compare",
+    "thee",
+    "summer",
+    "day",
+    "thou",
+    "art",
+    "more",
+    "lovely",
+    "temperate",
+    "rough",
+    "winds",
+    "shake",
+    "darling",
+    "buds",
+    "may",
+    "lease",
+    "hath",
+    "all",
+    "too",
+    "short",
+    "date",
+    "sometime",
+    "hot",
+    "eye",
+    "heaven",
+    "shines",
+    "often",
+    "his",
+    "gold",
+    "complexion",
+    "dimmed",
+    "every",
+    "fair",
+    "from",
+    "declines",
+    "chance",
+    "nature",
+    "changing",
+    "course",
+    "untrimmed",
+    "but",
+    "eternal",
+    "shall",
+    "not",
+    "fade",
+    "lose",
+    "possession",
+    "that",
+    "owest",
+    "nor",
+    "death",
+    "brag",
+    "wanderest",
+    "shade",
+    "when",
+    "lines",
+    "time",
+    "growest",
+    "long",
+    "men",
+    "can",
+    "breathe",
+    "eyes",
+    "see",
+    "lives",
+    "this",
+    "gives",
+    "life",
+    "river",
+    "stone",
+    "light",
+    "morning",
+    "garden",
+    "window",
+    "letter",
+    "bridge",
+    "candle",
+    "winter",
+    "harbor",
+];
+
+/// How synthetic requests are drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntheticSpec {
+    /// Mean prompt length in tokens (words).
+    pub input_len: u32,
+    /// Standard deviation of the prompt length (0: fixed).
+    pub input_stddev: f64,
+    /// Mean output length (`max_tokens`).
+    pub output_len: u32,
+    /// Standard deviation of the output length (0: fixed).
+    pub output_stddev: f64,
+    /// Send chat messages (true) or a raw prompt (false).
+    pub chat: bool,
+    pub seed: u64,
+}
+
+impl SyntheticSpec {
+    /// Check the parameters.
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let bad = |name, reason: &str| Err(WorkloadError::Invalid { name, reason: reason.into() });
+        if self.input_len == 0 {
+            return bad("input length", "must be at least 1");
+        }
+        if self.output_len == 0 {
+            return bad("output length", "must be at least 1");
+        }
+        if !(self.input_stddev >= 0.0 && self.input_stddev.is_finite()) {
+            return bad("input length stddev", "must be a non-negative number");
+        }
+        if !(self.output_stddev >= 0.0 && self.output_stddev.is_finite()) {
+            return bad("output length stddev", "must be a non-negative number");
+        }
+        Ok(())
+    }
+
+    fn draw(rng: &mut ChaCha8Rng, mean: u32, sd: f64) -> u32 {
+        if sd == 0.0 {
+            return mean;
+        }
+        let n = Normal::new(f64::from(mean), sd).map_or(f64::from(mean), |d| d.sample(rng));
+        n.round().max(1.0) as u32
+    }
+
+    /// The request with this index (deterministic for the seed).
+    pub fn planned(&self, index: u64) -> PlannedRequest {
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(self.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let n_in = Self::draw(&mut rng, self.input_len, self.input_stddev);
+        let n_out = Self::draw(&mut rng, self.output_len, self.output_stddev);
+        let mut text = String::with_capacity(n_in as usize * 7);
+        for i in 0..n_in {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(WORDS[rng.gen_range(0..WORDS.len())]);
+        }
+        let prompt = if self.chat {
+            Prompt::Chat(vec![Message::text("user", text)])
+        } else {
+            Prompt::Text(text)
+        };
+        PlannedRequest {
+            index,
+            prompt,
+            input_tokens: n_in,
+            input_tokens_exact: false,
+            max_tokens: n_out,
+        }
+    }
+}
+
+impl Workload for SyntheticSpec {
+    fn request(&mut self, index: u64) -> Option<PlannedRequest> {
+        Some(self.planned(index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_and_determinism() {
+        let s = SyntheticSpec {
+            input_len: 50,
+            input_stddev: 0.0,
+            output_len: 20,
+            output_stddev: 0.0,
+            chat: false,
+            seed: 3,
+        };
+        let a = s.planned(5);
+        assert_eq!(a, s.planned(5));
+        assert_ne!(a.prompt, s.planned(6).prompt);
+        let Prompt::Text(t) = &a.prompt else { panic!() };
+        assert_eq!(t.split_whitespace().count(), 50);
+        assert_eq!(a.max_tokens, 20);
+        let v = SyntheticSpec { input_stddev: 10.0, output_stddev: 5.0, ..s };
+        let lens: Vec<u32> = (0..1000).map(|i| v.planned(i).input_tokens).collect();
+        let mean = lens.iter().map(|&x| f64::from(x)).sum::<f64>() / 1000.0;
+        assert!((mean - 50.0).abs() < 2.0);
+        assert!(SyntheticSpec { input_len: 0, ..s }.validate().is_err());
+    }
+}
