@@ -14,8 +14,8 @@
 
 mod aggregate;
 mod record;
-mod slo;
 
 pub use aggregate::{Aggregate, Metric, MetricsSummary, Stats};
 pub use record::{Observation, RequestRecord, TokenSource};
+pub mod slo;
 pub use slo::{Slo, SloError, SloMetric, SloSet};

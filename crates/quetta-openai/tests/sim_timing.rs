@@ -1,7 +1,8 @@
-// Each test holds the serial lock for its whole (single-runtime) body on purpose.
-#![allow(clippy::await_holding_lock)]
 //! The adapter against the simulator over a real loopback socket: every event's timestamp is
 //! compared with the simulator's own record of when it handed that chunk to the socket.
+
+// Each test holds the serial lock for its whole (single-runtime) body on purpose.
+#![allow(clippy::await_holding_lock)]
 
 mod common;
 

@@ -1,0 +1,593 @@
+//! `quetta-bench run`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use quetta_engine::{Engine, Sampling, Timeouts};
+use quetta_loadgen::{JsonlSink, Load, RunConfig, RunControl, RunOutcome};
+use quetta_metrics::{slo::parse_duration, SloSet};
+use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+use quetta_report::{render_summary, rfc3339, Summary, Target, SCHEMA_VERSION};
+use quetta_sim::{SimConfig, Simulator};
+use quetta_workload::arrival::Arrival;
+use quetta_workload::synthetic::SyntheticSpec;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Endpoint {
+    Chat,
+    Completions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrivalArg {
+    Poisson,
+    Gamma,
+    Constant,
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration (e.g. 500ms, 30s, 2m)"))
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} must be a positive number")),
+    }
+}
+
+fn positive_usize(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(format!("{s:?} must be a positive whole number")),
+    }
+}
+
+fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(format!("{s:?} must be a positive whole number")),
+    }
+}
+
+fn header_arg(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected NAME:VALUE"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+/// Flags of `quetta-bench run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
+    #[arg(long)]
+    base_url: Option<String>,
+    /// OpenAI API to call.
+    #[arg(long, value_enum, default_value = "chat")]
+    endpoint: Endpoint,
+    /// Model name (default: the first model listed by /v1/models).
+    #[arg(long)]
+    model: Option<String>,
+    /// API key, sent as `Authorization: Bearer` (never written anywhere).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+
+    /// Closed loop: keep this many requests in flight (default 16 without --request-rate).
+    #[arg(long, value_parser = positive_usize, conflicts_with = "request_rate", allow_negative_numbers = true)]
+    concurrency: Option<usize>,
+    /// Open loop: send this many requests per second on a precomputed schedule.
+    #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
+    request_rate: Option<f64>,
+    /// Arrival process of the open loop.
+    #[arg(long, value_enum, default_value = "poisson", requires = "request_rate")]
+    arrival: ArrivalArg,
+    /// Gamma shape of inter-arrival gaps (as vLLM's --burstiness); implies --arrival gamma.
+    #[arg(long, value_parser = positive_f64, requires = "request_rate")]
+    burstiness: Option<f64>,
+    /// Cap on requests in flight in the open loop; waiting is recorded as queue time.
+    #[arg(long, value_parser = positive_usize, requires = "request_rate")]
+    max_concurrency: Option<usize>,
+
+    /// Measured requests to send (default 100 when no --duration is given).
+    #[arg(long, value_parser = positive_u64)]
+    num_requests: Option<u64>,
+    /// Stop sending after this long (e.g. 60s).
+    #[arg(long, value_parser = duration_arg)]
+    duration: Option<Duration>,
+    /// Requests sent first and left out of the results.
+    #[arg(long, default_value_t = 0)]
+    warmup: u64,
+    /// Time requests in flight get to finish after the last send (or Ctrl-C).
+    #[arg(long, value_parser = duration_arg, default_value = "30s")]
+    drain_timeout: Duration,
+
+    /// Mean prompt length in tokens (synthetic prompts).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    input_len: u32,
+    /// Standard deviation of the prompt length.
+    #[arg(long, default_value_t = 0.0)]
+    input_len_stddev: f64,
+    /// Mean output length in tokens (max_tokens).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    output_len: u32,
+    /// Standard deviation of the output length.
+    #[arg(long, default_value_t = 0.0)]
+    output_len_stddev: f64,
+    /// Ask the server to ignore end-of-sequence.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Ask for exactly the planned output length (ignore_eos and min_tokens = max_tokens).
+    #[arg(long)]
+    exact_output_length: bool,
+    /// Do not stream (TTFT then equals E2E).
+    #[arg(long)]
+    no_stream: bool,
+    #[arg(long)]
+    temperature: Option<f64>,
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Seed of the schedule and the prompts.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+
+    /// Service-level objectives for goodput, e.g. ttft:500ms,tpot:50ms,e2e:10s.
+    #[arg(long)]
+    slo: Option<String>,
+    /// Extra percentiles to report, e.g. 75,99.99.
+    #[arg(long, value_delimiter = ',')]
+    percentiles: Vec<f64>,
+
+    /// Directory for summary.json and requests.jsonl (default quetta-results/run-TIMESTAMP).
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// Write into an output directory that already holds a run.
+    #[arg(long)]
+    overwrite: bool,
+
+    /// Use HTTP/2 with prior knowledge over cleartext.
+    #[arg(long)]
+    http2: bool,
+    /// Accept any TLS certificate (testing only; prints a warning).
+    #[arg(long)]
+    insecure: bool,
+    /// Trust this extra CA certificate (PEM).
+    #[arg(long)]
+    ca_cert: Option<PathBuf>,
+    /// Extra request header NAME:VALUE (repeatable).
+    #[arg(long = "header", value_parser = header_arg)]
+    headers: Vec<(String, String)>,
+    /// Extra JSON body fields, as a JSON object.
+    #[arg(long)]
+    extra_body: Option<String>,
+    #[arg(long, value_parser = duration_arg)]
+    connect_timeout: Option<Duration>,
+    /// Time to first token limit.
+    #[arg(long, value_parser = duration_arg)]
+    ttft_timeout: Option<Duration>,
+    /// Longest silence between two body frames.
+    #[arg(long, value_parser = duration_arg)]
+    idle_timeout: Option<Duration>,
+    #[arg(long, value_parser = duration_arg)]
+    request_timeout: Option<Duration>,
+    /// Exit non-zero when fewer than this share of requests succeed (0..1).
+    #[arg(long)]
+    min_success_rate: Option<f64>,
+
+    /// Embedded simulator: time to first token in ms.
+    #[arg(long, default_value_t = 20.0)]
+    sim_ttft_ms: f64,
+    /// Embedded simulator: inter-token latency in ms.
+    #[arg(long, default_value_t = 5.0)]
+    sim_itl_ms: f64,
+    /// Runtime worker threads (default: one per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress line.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// The settings recorded in summary.json (no secrets).
+#[derive(Debug, Serialize)]
+struct Recorded<'a> {
+    endpoint: Endpoint,
+    model: &'a str,
+    load: &'a str,
+    concurrency: Option<usize>,
+    request_rate: Option<f64>,
+    arrival: Option<&'a str>,
+    burstiness: Option<f64>,
+    max_concurrency: Option<usize>,
+    num_requests: Option<u64>,
+    duration_s: Option<f64>,
+    warmup: u64,
+    drain_timeout_s: f64,
+    input_len: u32,
+    input_len_stddev: f64,
+    output_len: u32,
+    output_len_stddev: f64,
+    ignore_eos: bool,
+    exact_output_length: bool,
+    stream: bool,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    seed: u64,
+    slo: Option<String>,
+    http2: bool,
+    insecure: bool,
+    api_key_given: bool,
+    extra_header_names: Vec<&'a str>,
+    simulator: Option<serde_json::Value>,
+}
+
+fn default_output_dir() -> PathBuf {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let stamp: String = rfc3339(now).chars().filter(char::is_ascii_alphanumeric).collect();
+    PathBuf::from("quetta-results").join(format!("run-{stamp}"))
+}
+
+fn prepare_output_dir(dir: &Path, overwrite: bool) -> Result<()> {
+    if dir.join("summary.json").exists() || dir.join("requests.jsonl").exists() {
+        if !overwrite {
+            bail!(
+                "output directory {} already holds a run (summary.json or requests.jsonl); choose another --output-dir or pass --overwrite",
+                dir.display()
+            );
+        }
+        for f in ["summary.json", "requests.jsonl"] {
+            let _ = fs::remove_file(dir.join(f));
+        }
+    }
+    fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))
+}
+
+pub fn main(a: RunArgs) -> Result<ExitCode> {
+    // Validate what clap cannot.
+    let slos: Option<SloSet> = a.slo.as_deref().map(str::parse).transpose().context("--slo")?;
+    if let Some(r) = a.min_success_rate {
+        if !(0.0..=1.0).contains(&r) {
+            bail!("--min-success-rate must be between 0 and 1, got {r}");
+        }
+    }
+    for p in &a.percentiles {
+        if !(*p > 0.0 && *p < 100.0) {
+            bail!("--percentiles: {p} is not between 0 and 100");
+        }
+    }
+    for (name, v) in
+        [("--input-len-stddev", a.input_len_stddev), ("--output-len-stddev", a.output_len_stddev)]
+    {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{name} must be a non-negative number, got {v}");
+        }
+    }
+    let extra_body: BTreeMap<String, serde_json::Value> = match &a.extra_body {
+        Some(s) => serde_json::from_str(s).context("--extra-body must be a JSON object")?,
+        None => BTreeMap::new(),
+    };
+    if let Some(u) = &a.base_url {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            bail!("--base-url {u:?} must start with http:// or https://");
+        }
+    }
+    let out_dir = a.output_dir.clone().unwrap_or_else(default_output_dir);
+    prepare_output_dir(&out_dir, a.overwrite)?;
+
+    let threads =
+        a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run(a, slos, extra_body, out_dir, threads))
+}
+
+async fn run(
+    a: RunArgs,
+    slos: Option<SloSet>,
+    extra_body: BTreeMap<String, serde_json::Value>,
+    out_dir: PathBuf,
+    threads: usize,
+) -> Result<ExitCode> {
+    let mut notes = Vec::new();
+    // Target: the given server, or the embedded simulator.
+    let (sim, base_url) = match &a.base_url {
+        Some(u) => (None, u.clone()),
+        None => {
+            let cfg = SimConfig {
+                ttft: Duration::from_secs_f64(a.sim_ttft_ms.max(0.0) / 1e3),
+                itl: Duration::from_secs_f64(a.sim_itl_ms.max(0.0) / 1e3),
+                keep_records: false,
+                worker_threads: 1,
+                ..SimConfig::default()
+            };
+            let sim = Simulator::start(cfg).context("starting the embedded simulator")?;
+            let url = sim.base_url();
+            eprintln!(
+                "no --base-url: benchmarking Quetta's embedded simulator at {url} (TTFT {} ms, ITL {} ms)",
+                a.sim_ttft_ms, a.sim_itl_ms
+            );
+            notes.push(format!(
+                "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
+                a.sim_ttft_ms, a.sim_itl_ms
+            ));
+            (Some(sim), url)
+        }
+    };
+    if a.insecure {
+        eprintln!("warning: --insecure: TLS certificates are NOT verified");
+    }
+    let api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => {
+            let models =
+                list_models(&base_url, api_key.as_ref(), a.insecure, Duration::from_secs(15))
+                    .await
+                    .with_context(|| {
+                        format!("no --model given and GET {base_url}/v1/models failed")
+                    })?;
+            models.into_iter().next().context("no --model given and /v1/models lists no model")?
+        }
+    };
+    let api = match a.endpoint {
+        Endpoint::Chat => Api::Chat,
+        Endpoint::Completions => Api::Completions,
+    };
+    let mut ocfg = OpenAiConfig::new(&base_url, api, &model);
+    ocfg.api_key = api_key;
+    ocfg.http2 = a.http2;
+    ocfg.insecure = a.insecure;
+    ocfg.ca_cert.clone_from(&a.ca_cert);
+    ocfg.timeouts = Timeouts {
+        connect: a.connect_timeout,
+        first_byte: None,
+        first_token: a.ttft_timeout,
+        idle: a.idle_timeout,
+        total: a.request_timeout,
+    };
+    let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
+    let backend = engine.name().to_owned();
+    let engine: Arc<dyn Engine> = Arc::new(engine);
+
+    let (load, load_name) = match (a.request_rate, a.concurrency) {
+        (Some(rate), _) => {
+            let arrival = match (a.burstiness, a.arrival) {
+                (Some(b), _) => Arrival::Gamma { burstiness: b },
+                (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
+                (None, ArrivalArg::Poisson) => Arrival::Poisson,
+                (None, ArrivalArg::Constant) => Arrival::Constant,
+            };
+            (Load::Open { rate, arrival, max_concurrency: a.max_concurrency }, "open")
+        }
+        (None, c) => (Load::Closed { concurrency: c.unwrap_or(16) }, "closed"),
+    };
+    let num_requests = a.num_requests.or(if a.duration.is_none() { Some(100) } else { None });
+    let cfg = RunConfig {
+        load,
+        num_requests,
+        duration: a.duration,
+        warmup: a.warmup,
+        drain_timeout: a.drain_timeout,
+        seed: a.seed,
+        slos: slos.clone(),
+        stream: !a.no_stream,
+        ignore_eos: a.ignore_eos,
+        exact_output_length: a.exact_output_length,
+        sampling: Sampling { temperature: a.temperature, top_p: a.top_p, seed: None },
+        extra_body,
+        extra_headers: a.headers.clone(),
+        capture_text: false,
+    };
+    let spec = SyntheticSpec {
+        input_len: a.input_len,
+        input_stddev: a.input_len_stddev,
+        output_len: a.output_len,
+        output_stddev: a.output_len_stddev,
+        chat: a.endpoint == Endpoint::Chat,
+        seed: a.seed,
+    };
+    spec.validate().context("synthetic workload")?;
+
+    let recorded = Recorded {
+        endpoint: a.endpoint,
+        model: &model,
+        load: load_name,
+        concurrency: match load {
+            Load::Closed { concurrency } => Some(concurrency),
+            _ => None,
+        },
+        request_rate: a.request_rate,
+        arrival: a.request_rate.map(|_| match load {
+            Load::Open { arrival: Arrival::Poisson, .. } => "poisson",
+            Load::Open { arrival: Arrival::Constant, .. } => "constant",
+            _ => "gamma",
+        }),
+        burstiness: a.burstiness,
+        max_concurrency: a.max_concurrency,
+        num_requests,
+        duration_s: a.duration.map(|d| d.as_secs_f64()),
+        warmup: a.warmup,
+        drain_timeout_s: a.drain_timeout.as_secs_f64(),
+        input_len: a.input_len,
+        input_len_stddev: a.input_len_stddev,
+        output_len: a.output_len,
+        output_len_stddev: a.output_len_stddev,
+        ignore_eos: a.ignore_eos,
+        exact_output_length: a.exact_output_length,
+        stream: !a.no_stream,
+        temperature: a.temperature,
+        top_p: a.top_p,
+        seed: a.seed,
+        slo: slos.as_ref().map(ToString::to_string),
+        http2: a.http2,
+        insecure: a.insecure,
+        api_key_given: a.api_key.as_deref().is_some_and(|k| !k.is_empty()),
+        extra_header_names: a.headers.iter().map(|(k, _)| k.as_str()).collect(),
+        simulator: sim
+            .as_ref()
+            .map(|_| serde_json::json!({"ttft_ms": a.sim_ttft_ms, "itl_ms": a.sim_itl_ms})),
+    };
+    let config_json = serde_json::to_value(&recorded)?;
+
+    let jsonl_path = out_dir.join("requests.jsonl");
+    let file = fs::File::create(&jsonl_path)
+        .with_context(|| format!("cannot create {}", jsonl_path.display()))?;
+    let control = RunControl::new();
+    // Ctrl-C: stop sending, let requests in flight drain, write a partial summary.
+    {
+        let c = control.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\ninterrupted: no new requests; waiting for requests in flight (drain timeout)...");
+                c.stop();
+            }
+        });
+    }
+    let progress =
+        (!a.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(control.clone()));
+    let outcome = quetta_loadgen::run(
+        engine,
+        Box::new(spec),
+        cfg,
+        Some(Box::new(JsonlSink::new(file))),
+        vec![],
+        control.clone(),
+    )
+    .await
+    .context("the run")?;
+    if let Some(p) = progress {
+        p.abort();
+        eprint!("\r\x1b[2K");
+    }
+    drop(sim);
+
+    let summary =
+        build_summary(&a, outcome, config_json, &base_url, &model, &backend, notes, threads);
+    let json = serde_json::to_string_pretty(&summary)?;
+    let sum_path = out_dir.join("summary.json");
+    fs::write(&sum_path, json + "\n")
+        .with_context(|| format!("cannot write {}", sum_path.display()))?;
+    println!("{}", render_summary(&summary, Some(&out_dir)));
+
+    let m = &summary.metrics;
+    let measured = m.completed + m.failed;
+    if let Some(min) = a.min_success_rate {
+        let rate = if measured > 0 { m.completed as f64 / measured as f64 } else { 0.0 };
+        if rate < min {
+            eprintln!(
+                "error: success rate {:.1}% is below --min-success-rate {:.1}%",
+                rate * 100.0,
+                min * 100.0
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_summary(
+    a: &RunArgs,
+    o: RunOutcome,
+    config: serde_json::Value,
+    base_url: &str,
+    model: &str,
+    backend: &str,
+    mut notes: Vec<String>,
+    threads: usize,
+) -> Summary {
+    let metrics = o.aggregate.summary(&a.percentiles);
+    if metrics.input_token_source == "planned" {
+        notes.push(
+            "input token counts are the planned lengths (the server reported no usage); synthetic prompts count words, an estimate of tokens"
+                .into(),
+        );
+    }
+    if metrics.token_count_source == "chunks" || metrics.token_count_source == "mixed" {
+        notes.push("output token counts come (at least partly) from counting chunks: the server reported no usage".into());
+    }
+    if metrics.ttft_equals_e2e_for_non_streamed > 0 {
+        notes.push(format!(
+            "{} requests were not streamed: their TTFT equals their E2E and they have no ITL",
+            metrics.ttft_equals_e2e_for_non_streamed
+        ));
+    }
+    if let Some(lag) = metrics.schedule_lag_ms.p99 {
+        if lag > 1.0 {
+            notes
+                .push(format!("the client fell behind its schedule: schedule lag p99 {lag:.3} ms"));
+        }
+    }
+    if let Some(e) = &o.sink_error {
+        notes.push(format!("writing requests.jsonl failed: {e}"));
+    }
+    if o.cancelled_in_drain > 0 {
+        notes.push(format!(
+            "{} requests were still running at the drain timeout and were cancelled",
+            o.cancelled_in_drain
+        ));
+    }
+    let started = o.started_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Summary {
+        schema_version: SCHEMA_VERSION,
+        tool: "quetta-bench".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: rfc3339(started),
+        partial: o.interrupted,
+        config,
+        target: Target {
+            backend: backend.into(),
+            base_url: base_url.into(),
+            endpoint: match a.endpoint {
+                Endpoint::Chat => "chat".into(),
+                Endpoint::Completions => "completions".into(),
+            },
+            model: model.into(),
+            embedded_simulator: a.base_url.is_none(),
+        },
+        planned: o.planned,
+        dispatched: o.dispatched,
+        sent: o.sent,
+        warmup_completed: o.warmup_completed,
+        warmup_failed: o.warmup_failed,
+        requested_rate: a.request_rate,
+        achieved_send_rate: o.achieved_send_rate.map(|r| (r * 1e3).round() / 1e3),
+        cancelled_in_drain: o.cancelled_in_drain,
+        metrics,
+        client: crate::sysinfo::client_stats(threads),
+        notes,
+        aggregate: o.aggregate,
+    }
+}
+
+fn spawn_progress(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let t0 = Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tick.tick().await;
+            let p = &control.progress;
+            let done = p.completed.load(Ordering::Relaxed);
+            let failed = p.failed.load(Ordering::Relaxed);
+            let el = t0.elapsed().as_secs_f64();
+            eprint!(
+                "\r\x1b[2K[{el:6.1}s] {done} done, {} in flight, {failed} errors, {:.1} req/s",
+                p.in_flight.load(Ordering::Relaxed),
+                if el > 0.0 { (done + failed) as f64 / el } else { 0.0 }
+            );
+        }
+    })
+}

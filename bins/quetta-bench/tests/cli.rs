@@ -1,0 +1,184 @@
+//! `quetta-bench run` used as a user would: real processes, real files, the embedded
+//! simulator or a separate simulator on 127.0.0.1.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_quetta-bench"))
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quetta-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run quetta-bench")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn schema() -> jsonschema::Validator {
+    let s: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/schema/summary.schema.json")).unwrap();
+    jsonschema::validator_for(&s).unwrap()
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn first_command_runs_against_the_embedded_simulator() {
+    let d = tmpdir("first");
+    let o = run(&[
+        "run",
+        "--num-requests",
+        "40",
+        "--concurrency",
+        "8",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("embedded simulator"), "{out}");
+    assert!(out.contains("TTFT") && out.contains("p99"), "{out}");
+    let s = summary(&d);
+    let errors: Vec<String> =
+        schema().iter_errors(&s).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "summary.json violates its schema: {errors:?}");
+    assert_eq!(s["completed"], 40);
+    assert_eq!(s["failed"], 0);
+    assert_eq!(s["dispatched"], 40);
+    assert_eq!(s["token_count_source"], "usage");
+    assert_eq!(s["total_output_tokens"], 40 * 128);
+    // embedded simulator: TTFT 20 ms, ITL 5 ms
+    let ttft = s["ttft_ms"]["p50"].as_f64().unwrap();
+    assert!((20.0..25.0).contains(&ttft), "TTFT p50 {ttft}");
+    let tpot = s["tpot_ms"]["mean"].as_f64().unwrap();
+    assert!((4.9..5.2).contains(&tpot), "TPOT mean {tpot}");
+    let lines = std::fs::read_to_string(d.join("requests.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 40, "one record per request");
+    for l in lines.lines() {
+        let r: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(r["error_kind"].is_null());
+        assert_eq!(r["itl_ms"].as_array().unwrap().len(), 127);
+    }
+    // the same directory again is refused without --overwrite
+    let o = run(&["run", "--num-requests", "2", "--output-dir", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("already holds a run"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn open_loop_with_slo_reports_goodput_and_rates() {
+    let d = tmpdir("open");
+    let o = run(&[
+        "run",
+        "--request-rate",
+        "50",
+        "--arrival",
+        "constant",
+        "--num-requests",
+        "60",
+        "--output-len",
+        "16",
+        "--slo",
+        "ttft:500ms,tpot:50ms,e2e:10s",
+        "--percentiles",
+        "75,99.99",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d);
+    assert!(schema().is_valid(&s));
+    assert_eq!(s["goodput"]["requests_meeting_all"], 60);
+    assert_eq!(s["goodput"]["share_meeting_all"], 1.0);
+    let achieved = s["achieved_send_rate"].as_f64().unwrap();
+    assert!((achieved / 50.0 - 1.0).abs() < 0.02, "achieved {achieved}");
+    assert!(s["ttft_ms"]["p75"].is_number() && s["ttft_ms"]["p99_99"].is_number());
+    assert_eq!(s["config"]["load"], "open");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn bad_flags_are_clear_errors() {
+    for (args, needle) in [
+        (vec!["run", "--concurrency", "0"], "positive"),
+        (vec!["run", "--request-rate", "-3"], "positive"),
+        (vec!["run", "--concurrency", "-1"], "positive"),
+        (vec!["run", "--base-url", "localhost:8000"], "http://"),
+        (vec!["run", "--slo", "ttft:fast"], "invalid SLO"),
+        (vec!["run", "--duration", "soon"], "not a duration"),
+        (vec!["run", "--min-success-rate", "2"], "between 0 and 1"),
+        (vec!["run", "--extra-body", "[1]"], "JSON object"),
+    ] {
+        let o = run(&args);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(text(&o).contains(needle), "{args:?}: {}", text(&o));
+        assert!(!text(&o).contains("panicked"), "{args:?}: {}", text(&o));
+    }
+}
+
+#[test]
+fn api_key_never_appears_in_any_output() {
+    let canary = "sk-quetta-canary-7f3e9d";
+    let d = tmpdir("canary");
+    // a key given by flag and one by environment, against the simulator
+    let o = bin()
+        .args([
+            "run",
+            "--num-requests",
+            "5",
+            "--api-key",
+            canary,
+            "--output-dir",
+            d.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o2 = bin()
+        .args(["run", "--num-requests", "3", "--overwrite", "--output-dir", d.to_str().unwrap()])
+        .env("OPENAI_API_KEY", canary)
+        .output()
+        .unwrap();
+    assert!(o2.status.success());
+    // and a failing run (unreachable server) whose errors are printed
+    let o3 = bin()
+        .args([
+            "run",
+            "--num-requests",
+            "2",
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--api-key",
+            canary,
+        ])
+        .args(["--overwrite", "--output-dir", d.to_str().unwrap()])
+        .output()
+        .unwrap();
+    for out in [&o, &o2, &o3] {
+        assert!(!text(out).contains(canary), "the key leaked into the console output");
+    }
+    for f in std::fs::read_dir(&d).unwrap() {
+        let p = f.unwrap().path();
+        let content = std::fs::read_to_string(&p).unwrap();
+        assert!(!content.contains(canary), "the key leaked into {}", p.display());
+    }
+    let s = summary(&d);
+    assert_eq!(s["config"]["api_key_given"], true);
+    assert_eq!(s["failed"], 2);
+    assert_eq!(s["errors"]["connect"], 2);
+    let _ = std::fs::remove_dir_all(&d);
+}
