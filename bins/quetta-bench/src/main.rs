@@ -19,12 +19,36 @@ struct Cli {
 enum Command {
     /// Run a benchmark (against the embedded simulator when no --base-url is given).
     Run(Box<run::RunArgs>),
+    /// List the named workload profiles.
+    Profiles,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
+        Command::Profiles => {
+            println!(
+                "{:<24}{:>8}{:>8}  {:<48}{:<44}mode",
+                "profile", "ISL", "OSL", "dataset", "arrival"
+            );
+            for p in quetta_workload::profiles::builtin() {
+                println!(
+                    "{:<24}{:>8}{:>8}  {:<48}{:<44}{}",
+                    p.name,
+                    p.input_len,
+                    p.output_len,
+                    p.dataset(),
+                    p.arrival(),
+                    if p.source == quetta_workload::profiles::Source::Synthetic {
+                        "single-turn"
+                    } else {
+                        "trace replay"
+                    }
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

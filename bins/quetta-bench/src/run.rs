@@ -18,7 +18,10 @@ use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 use quetta_report::{render_summary, rfc3339, Summary, Target, SCHEMA_VERSION};
 use quetta_sim::{SimConfig, Simulator};
 use quetta_workload::arrival::Arrival;
-use quetta_workload::synthetic::SyntheticSpec;
+use quetta_workload::synthetic::{ExactSynthetic, SyntheticSpec};
+use quetta_workload::tokenizer::Tokenizer;
+use quetta_workload::trace::{load_azure, load_mooncake, TraceWorkload};
+use quetta_workload::{profiles, Workload};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -26,6 +29,13 @@ use serde::Serialize;
 pub enum Endpoint {
     Chat,
     Completions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceFormat {
+    Mooncake,
+    Azure,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -95,7 +105,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = positive_f64, requires = "request_rate")]
     burstiness: Option<f64>,
     /// Cap on requests in flight in the open loop; waiting is recorded as queue time.
-    #[arg(long, value_parser = positive_usize, requires = "request_rate")]
+    #[arg(long, value_parser = positive_usize)]
     max_concurrency: Option<usize>,
 
     /// Measured requests to send (default 100 when no --duration is given).
@@ -111,18 +121,42 @@ pub struct RunArgs {
     #[arg(long, value_parser = duration_arg, default_value = "30s")]
     drain_timeout: Duration,
 
+    /// A named workload profile (see `quetta-bench profiles`); explicit flags override it.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Replay a request trace (arrival times, input and output lengths).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Format of --trace.
+    #[arg(long, value_enum, default_value = "mooncake", requires = "trace")]
+    trace_format: TraceFormat,
+    /// Replay the trace this many times faster (2 = twice as fast).
+    #[arg(long, value_parser = positive_f64, default_value_t = 1.0)]
+    trace_speed: f64,
+    /// Tokens per prefix block of Mooncake hash_ids.
+    #[arg(long, default_value_t = 512)]
+    block_size: u32,
+    /// Tokenizer for exact prompt lengths: a tokenizer.json path or a Hugging Face model id
+    /// in the local cache.
+    #[arg(long)]
+    tokenizer: Option<String>,
+    /// Send prompts as token ids (completions endpoint; needs --tokenizer).
+    #[arg(long, requires = "tokenizer")]
+    token_ids: bool,
+
     /// Mean prompt length in tokens (synthetic prompts).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
-    input_len: u32,
-    /// Standard deviation of the prompt length.
-    #[arg(long, default_value_t = 0.0)]
-    input_len_stddev: f64,
-    /// Mean output length in tokens (max_tokens).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
-    output_len: u32,
-    /// Standard deviation of the output length.
-    #[arg(long, default_value_t = 0.0)]
-    output_len_stddev: f64,
+    /// [default: 128, or the profile's]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    input_len: Option<u32>,
+    /// Standard deviation of the prompt length [default: 0, or the profile's].
+    #[arg(long)]
+    input_len_stddev: Option<f64>,
+    /// Mean output length in tokens (max_tokens) [default: 128, or the profile's].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    output_len: Option<u32>,
+    /// Standard deviation of the output length [default: 0, or the profile's].
+    #[arg(long)]
+    output_len_stddev: Option<f64>,
     /// Ask the server to ignore end-of-sequence.
     #[arg(long)]
     ignore_eos: bool,
@@ -206,12 +240,16 @@ struct Recorded<'a> {
     concurrency: Option<usize>,
     request_rate: Option<f64>,
     arrival: Option<&'a str>,
+    trace: Option<String>,
+    trace_speed: Option<f64>,
+    tokenizer: Option<String>,
     burstiness: Option<f64>,
     max_concurrency: Option<usize>,
     num_requests: Option<u64>,
     duration_s: Option<f64>,
     warmup: u64,
     drain_timeout_s: f64,
+    profile: Option<String>,
     input_len: u32,
     input_len_stddev: f64,
     output_len: u32,
@@ -252,7 +290,18 @@ fn prepare_output_dir(dir: &Path, overwrite: bool) -> Result<()> {
         .with_context(|| format!("cannot create output directory {}", dir.display()))
 }
 
-pub fn main(a: RunArgs) -> Result<ExitCode> {
+pub fn main(mut a: RunArgs) -> Result<ExitCode> {
+    let profile = a.profile.as_deref().map(profiles::find).transpose().context("--profile")?;
+    if let Some(p) = &profile {
+        a.input_len = a.input_len.or(Some(p.input_len));
+        a.input_len_stddev = a.input_len_stddev.or(Some(p.input_stddev));
+        a.output_len = a.output_len.or(Some(p.output_len));
+        a.output_len_stddev = a.output_len_stddev.or(Some(p.output_stddev));
+    }
+    let trace_rows = match &profile {
+        Some(p) if a.trace.is_none() => p.trace().context("--profile")?,
+        _ => None,
+    };
     // Validate what clap cannot.
     let slos: Option<SloSet> = a.slo.as_deref().map(str::parse).transpose().context("--slo")?;
     if let Some(r) = a.min_success_rate {
@@ -265,9 +314,10 @@ pub fn main(a: RunArgs) -> Result<ExitCode> {
             bail!("--percentiles: {p} is not between 0 and 100");
         }
     }
-    for (name, v) in
-        [("--input-len-stddev", a.input_len_stddev), ("--output-len-stddev", a.output_len_stddev)]
-    {
+    for (name, v) in [
+        ("--input-len-stddev", a.input_len_stddev.unwrap_or(0.0)),
+        ("--output-len-stddev", a.output_len_stddev.unwrap_or(0.0)),
+    ] {
         if !(v.is_finite() && v >= 0.0) {
             bail!("{name} must be a non-negative number, got {v}");
         }
@@ -291,11 +341,12 @@ pub fn main(a: RunArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(run(a, slos, extra_body, out_dir, threads))
+    rt.block_on(run(a, trace_rows, slos, extra_body, out_dir, threads))
 }
 
 async fn run(
     a: RunArgs,
+    trace_rows: Option<Vec<quetta_workload::trace::TraceRequest>>,
     slos: Option<SloSet>,
     extra_body: BTreeMap<String, serde_json::Value>,
     out_dir: PathBuf,
@@ -362,8 +413,69 @@ async fn run(
     let backend = engine.name().to_owned();
     let engine: Arc<dyn Engine> = Arc::new(engine);
 
-    let (load, load_name) = match (a.request_rate, a.concurrency) {
-        (Some(rate), _) => {
+    let tokenizer = match &a.tokenizer {
+        Some(t) => Some(Arc::new(Tokenizer::resolve(t).context("--tokenizer")?)),
+        None => None,
+    };
+    if a.max_concurrency.is_some()
+        && a.trace.is_none()
+        && a.request_rate.is_none()
+        && trace_offsets_expected(&a)
+    {
+        bail!("--max-concurrency caps an open loop: use it with --request-rate or --trace (closed loops use --concurrency)");
+    }
+    if a.token_ids && a.endpoint != Endpoint::Completions {
+        bail!("--token-ids needs --endpoint completions (chat takes text)");
+    }
+    let mut trace_offsets = None;
+    let rows = match (&a.trace, trace_rows) {
+        (Some(path), _) => Some(match a.trace_format {
+            TraceFormat::Mooncake => load_mooncake(path)?,
+            TraceFormat::Azure => load_azure(path)?,
+        }),
+        (None, rows) => rows,
+    };
+    if rows.is_some() && (a.concurrency.is_some() || a.request_rate.is_some()) {
+        bail!("a trace sets the send times itself: drop --concurrency/--request-rate (cap with --max-concurrency)");
+    }
+    let workload: Box<dyn Workload> = match rows {
+        Some(reqs) => {
+            let mut w = TraceWorkload::new(
+                reqs,
+                a.block_size,
+                a.seed,
+                a.endpoint == Endpoint::Chat,
+                tokenizer.clone(),
+            );
+            w.token_ids = a.token_ids;
+            trace_offsets = Some(Arc::new(w.offsets(a.trace_speed)));
+            if tokenizer.is_none() {
+                notes.push("no --tokenizer: trace prompts are built from words, one per intended token (exact for the simulator, an estimate for real servers)".into());
+            }
+            Box::new(w)
+        }
+        None => {
+            let spec = SyntheticSpec {
+                input_len: a.input_len.unwrap_or(128),
+                input_stddev: a.input_len_stddev.unwrap_or(0.0),
+                output_len: a.output_len.unwrap_or(128),
+                output_stddev: a.output_len_stddev.unwrap_or(0.0),
+                chat: a.endpoint == Endpoint::Chat,
+                seed: a.seed,
+            };
+            spec.validate().context("synthetic workload")?;
+            match &tokenizer {
+                Some(t) => Box::new(ExactSynthetic::new(spec, t.clone(), a.token_ids)),
+                None => Box::new(spec),
+            }
+        }
+    };
+    let (load, load_name) = match (&trace_offsets, a.request_rate, a.concurrency) {
+        (Some(offsets), _, _) => (
+            Load::Scheduled { offsets: offsets.clone(), max_concurrency: a.max_concurrency },
+            "trace",
+        ),
+        (None, Some(rate), _) => {
             let arrival = match (a.burstiness, a.arrival) {
                 (Some(b), _) => Arrival::Gamma { burstiness: b },
                 (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
@@ -372,9 +484,23 @@ async fn run(
             };
             (Load::Open { rate, arrival, max_concurrency: a.max_concurrency }, "open")
         }
-        (None, c) => (Load::Closed { concurrency: c.unwrap_or(16) }, "closed"),
+        (None, None, c) => (Load::Closed { concurrency: c.unwrap_or(16) }, "closed"),
     };
-    let num_requests = a.num_requests.or(if a.duration.is_none() { Some(100) } else { None });
+    let num_requests = a.num_requests.or(if a.duration.is_none() && trace_offsets.is_none() {
+        Some(100)
+    } else {
+        None
+    });
+    let concurrency = match &load {
+        Load::Closed { concurrency } => Some(*concurrency),
+        _ => None,
+    };
+    let arrival_name = match &load {
+        Load::Open { arrival: Arrival::Poisson, .. } => Some("poisson"),
+        Load::Open { arrival: Arrival::Constant, .. } => Some("constant"),
+        Load::Open { .. } => Some("gamma"),
+        _ => None,
+    };
     let cfg = RunConfig {
         load,
         num_requests,
@@ -391,40 +517,28 @@ async fn run(
         extra_headers: a.headers.clone(),
         capture_text: false,
     };
-    let spec = SyntheticSpec {
-        input_len: a.input_len,
-        input_stddev: a.input_len_stddev,
-        output_len: a.output_len,
-        output_stddev: a.output_len_stddev,
-        chat: a.endpoint == Endpoint::Chat,
-        seed: a.seed,
-    };
-    spec.validate().context("synthetic workload")?;
 
     let recorded = Recorded {
         endpoint: a.endpoint,
         model: &model,
         load: load_name,
-        concurrency: match load {
-            Load::Closed { concurrency } => Some(concurrency),
-            _ => None,
-        },
+        concurrency,
         request_rate: a.request_rate,
-        arrival: a.request_rate.map(|_| match load {
-            Load::Open { arrival: Arrival::Poisson, .. } => "poisson",
-            Load::Open { arrival: Arrival::Constant, .. } => "constant",
-            _ => "gamma",
-        }),
+        arrival: arrival_name,
+        trace: a.trace.as_ref().map(|p| p.display().to_string()),
+        trace_speed: a.trace.as_ref().map(|_| a.trace_speed),
+        tokenizer: tokenizer.as_ref().map(|t| t.source().to_owned()),
         burstiness: a.burstiness,
         max_concurrency: a.max_concurrency,
         num_requests,
         duration_s: a.duration.map(|d| d.as_secs_f64()),
         warmup: a.warmup,
         drain_timeout_s: a.drain_timeout.as_secs_f64(),
-        input_len: a.input_len,
-        input_len_stddev: a.input_len_stddev,
-        output_len: a.output_len,
-        output_len_stddev: a.output_len_stddev,
+        profile: a.profile.clone(),
+        input_len: a.input_len.unwrap_or(128),
+        input_len_stddev: a.input_len_stddev.unwrap_or(0.0),
+        output_len: a.output_len.unwrap_or(128),
+        output_len_stddev: a.output_len_stddev.unwrap_or(0.0),
         ignore_eos: a.ignore_eos,
         exact_output_length: a.exact_output_length,
         stream: !a.no_stream,
@@ -460,7 +574,7 @@ async fn run(
         (!a.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(control.clone()));
     let outcome = quetta_loadgen::run(
         engine,
-        Box::new(spec),
+        workload,
         cfg,
         Some(Box::new(JsonlSink::new(file))),
         vec![],
@@ -590,4 +704,12 @@ fn spawn_progress(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {
             );
         }
     })
+}
+
+/// Whether no trace will set the schedule (so --max-concurrency has nothing to cap).
+fn trace_offsets_expected(a: &RunArgs) -> bool {
+    a.profile
+        .as_deref()
+        .and_then(|p| profiles::find(p).ok())
+        .is_none_or(|p| p.source == profiles::Source::Synthetic)
 }

@@ -182,3 +182,96 @@ fn api_key_never_appears_in_any_output() {
     assert_eq!(s["errors"]["connect"], 2);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn mooncake_profile_replays_trace_timestamps() {
+    let d = tmpdir("mooncake");
+    // the first 150 rows at 20x speed; every intended send time is the trace's timestamp / 20
+    let o = run(&[
+        "run",
+        "--profile",
+        "mooncake-conversation",
+        "--trace-speed",
+        "20",
+        "--num-requests",
+        "150",
+        "--output-len",
+        "8",
+        "--sim-ttft-ms",
+        "1",
+        "--sim-itl-ms",
+        "1",
+        "--quiet",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let trace = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/traces/mooncake_fast25_conversation_trace.jsonl"
+    ))
+    .unwrap();
+    let ts: Vec<f64> = trace
+        .lines()
+        .take(150)
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["timestamp"].as_f64().unwrap()
+        })
+        .collect();
+    let lens: Vec<u64> = trace
+        .lines()
+        .take(150)
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["input_length"].as_u64().unwrap()
+        })
+        .collect();
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(d.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 150);
+    for r in &recs {
+        let i = r["id"].as_u64().unwrap() as usize;
+        let intended = r["intended_offset_ms"].as_f64().unwrap();
+        assert!(
+            (intended - ts[i] / 20.0).abs() < 0.002,
+            "request {i}: intended {intended} ms, trace {} ms / 20",
+            ts[i]
+        );
+        // the simulator counts one token per word: the prompt has the trace's input length
+        assert_eq!(r["input_tokens"].as_u64(), Some(lens[i]), "request {i}");
+    }
+    let s = summary(&d);
+    assert_eq!(s["config"]["load"], "trace");
+    assert_eq!(s["completed"], 150);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn profiles_are_listed_and_unknown_ones_are_errors() {
+    let o = run(&["profiles"]);
+    let out = text(&o);
+    for p in [
+        "chat-short",
+        "chat-long",
+        "code-completion",
+        "summarization",
+        "prefill-heavy",
+        "decode-heavy",
+        "random-1k",
+        "fixed-seq128",
+        "mooncake-conversation",
+        "azure-conversation",
+        "test",
+    ] {
+        assert!(out.contains(p), "{p} missing from {out}");
+    }
+    let o = run(&["run", "--profile", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("unknown profile \"nope\""), "{}", text(&o));
+    let o = run(&["run", "--trace", "/no/such/trace.jsonl"]);
+    assert!(text(&o).contains("/no/such/trace.jsonl"), "{}", text(&o));
+    let o = run(&["run", "--tokenizer", "no-org/no-model"]);
+    assert!(text(&o).contains("no-org/no-model"), "{}", text(&o));
+}

@@ -16,13 +16,15 @@ use crate::recorder::{self, Observer, RecordSink};
 use crate::worker::{begin, observe, Guard};
 
 /// How load is applied.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Load {
     /// Keep `concurrency` requests in flight.
     Closed { concurrency: usize },
     /// Send at `rate` requests per second following `arrival`, optionally capped.
     Open { rate: f64, arrival: Arrival, max_concurrency: Option<usize> },
+    /// Send request `i` at `offsets[i]` (trace replay), optionally capped.
+    Scheduled { offsets: std::sync::Arc<Vec<Duration>>, max_concurrency: Option<usize> },
 }
 
 /// What one run does.
@@ -287,9 +289,11 @@ pub async fn run(
     // Warmup: same load shape, results discarded (counted only).
     let (mut warm_ok, mut warm_fail) = (0, 0);
     if cfg.warmup > 0 && !control.stopped() {
-        let conc = match cfg.load {
-            Load::Closed { concurrency } => concurrency,
-            Load::Open { max_concurrency, .. } => max_concurrency.unwrap_or(cfg.warmup as usize),
+        let conc = match &cfg.load {
+            Load::Closed { concurrency } => *concurrency,
+            Load::Open { max_concurrency, .. } | Load::Scheduled { max_concurrency, .. } => {
+                max_concurrency.unwrap_or(cfg.warmup as usize)
+            }
         };
         let (tx, rx) = mpsc::channel::<Observation>();
         closed_loop(&sh, 0, Some(cfg.warmup), None, conc, Instant::now(), tx).await;
@@ -312,11 +316,27 @@ pub async fn run(
     let started_at = SystemTime::now();
     let run_start = Instant::now();
     let deadline = cfg.duration.map(|d| run_start + d);
-    let planned = match cfg.load {
+    let planned = match cfg.load.clone() {
         Load::Closed { concurrency } => {
             closed_loop(&sh, cfg.warmup, cfg.num_requests, deadline, concurrency, run_start, tx)
                 .await;
             cfg.num_requests
+        }
+        Load::Scheduled { offsets, max_concurrency } => {
+            // Measured requests follow the warmup ones; their schedule starts at zero.
+            let skip = (cfg.warmup as usize).min(offsets.len());
+            let base = offsets.get(skip).copied().unwrap_or_default();
+            let mut v: Vec<Duration> =
+                offsets[skip..].iter().map(|o| o.saturating_sub(base)).collect();
+            if let Some(n) = cfg.num_requests {
+                v.truncate(n as usize);
+            }
+            if let Some(d) = cfg.duration {
+                v.retain(|o| *o < d);
+            }
+            let n = v.len() as u64;
+            open_loop(&sh, v, max_concurrency, run_start, tx).await;
+            Some(n)
         }
         Load::Open { rate, arrival, max_concurrency } => {
             let sched = Schedule::new(arrival, rate, cfg.seed)
@@ -469,20 +489,37 @@ async fn open_loop(
     let sh2 = sh.clone();
     // The dispatcher itself counts as outstanding until it has released everything.
     sh.outstanding.fetch_add(1, Ordering::SeqCst);
+    // A producer thread builds requests ahead of time (prompts can take milliseconds to
+    // build), so the dispatcher only waits and releases.
+    let (ptx, prx) = mpsc::sync_channel::<(u64, PlannedRequest)>(256);
+    let n_offsets = offsets.len() as u64;
+    let sh_p = sh.clone();
+    let producer = std::thread::Builder::new()
+        .name("quetta-prepare".into())
+        .spawn(move || {
+            let first = sh_p.cfg.warmup;
+            for k in 0..n_offsets {
+                if sh_p.control.stopped() {
+                    break;
+                }
+                let Some(p) = sh_p.next_request(first + k) else { break };
+                if ptx.send((first + k, p)).is_err() {
+                    break;
+                }
+            }
+        })
+        .expect("spawn the producer thread");
     let dispatcher = std::thread::Builder::new()
         .name("quetta-dispatch".into())
         .spawn(move || {
             let sh = sh2;
-            let first = sh.cfg.warmup;
-            let mut next = offsets.first().and_then(|_| sh.next_request(first));
-            for (k, off) in offsets.iter().enumerate() {
-                let Some(p) = next.take() else { break };
+            for off in &offsets {
+                let Ok((id, p)) = prx.recv() else { break };
                 let intended = run_start + *off;
                 sleep_until(intended, &sh.control);
                 if sh.control.stopped() {
                     break;
                 }
-                let id = first + k as u64;
                 let input = p.input_tokens;
                 let req = sh.cfg.engine_request(id, p);
                 sh.outstanding.fetch_add(1, Ordering::SeqCst);
@@ -518,11 +555,9 @@ async fn open_loop(
                     }
                 });
                 sh.track(h.abort_handle());
-                // Prepare the next request before sleeping, off the timing-critical moment.
-                if k + 1 < offsets.len() {
-                    next = sh.next_request(first + k as u64 + 1);
-                }
             }
+            drop(prx);
+            let _ = producer.join();
             sh.task_done();
         })
         .expect("spawn the dispatcher thread");

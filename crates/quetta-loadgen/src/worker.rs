@@ -43,9 +43,10 @@ pub async fn observe(
     o: &mut Observation,
 ) {
     let off = |t: Instant| t.saturating_duration_since(run_start);
-    let sent = Instant::now();
-    o.sent = Some(off(sent));
+    // `send` builds the request (the JSON body of a long prompt takes a while); the request
+    // leaves on the first poll, so that is where `sent` is stamped.
     let mut stream = engine.send(request);
+    o.sent = Some(off(Instant::now()));
     let mut last_token: Option<Instant> = None;
     loop {
         let Some(ev) = poll_fn(|cx| stream.as_mut().poll_next(cx)).await else {

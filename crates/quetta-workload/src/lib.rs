@@ -9,7 +9,10 @@
 //! A workload yields [`PlannedRequest`]s; the load generator decides when to send them.
 
 pub mod arrival;
+pub mod profiles;
 pub mod synthetic;
+pub mod tokenizer;
+pub mod trace;
 
 use quetta_engine::Prompt;
 
@@ -33,6 +36,12 @@ pub trait Workload: Send {
     fn request(&mut self, index: u64) -> Option<PlannedRequest>;
 }
 
+impl<W: Workload + ?Sized> Workload for Box<W> {
+    fn request(&mut self, index: u64) -> Option<PlannedRequest> {
+        (**self).request(index)
+    }
+}
+
 /// A workload input was invalid.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -40,4 +49,13 @@ pub enum WorkloadError {
     /// A parameter is out of range.
     #[error("invalid {name}: {reason}")]
     Invalid { name: &'static str, reason: String },
+    /// A file could not be read.
+    #[error("{path}: {reason}")]
+    Io { path: String, reason: String },
+    /// A row of a file is malformed.
+    #[error("{path}:{line}: field {field}: {reason}")]
+    Parse { path: String, line: usize, field: String, reason: String },
+    /// A tokenizer could not be loaded.
+    #[error("tokenizer {source_name}: {reason}")]
+    Tokenizer { source_name: String, reason: String },
 }

@@ -1,4 +1,4 @@
-//! Synthetic prompts: random English words, one word per intended token.
+//! Synthetic prompts: words drawn from the bundled corpus, one word per intended token.
 //!
 //! Without a tokenizer a word is an *estimate* of a token (about 1.3 tokens per word for
 //! BPE tokenizers on English), so lengths are marked inexact; the simulator counts words,
@@ -9,91 +9,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
+use std::sync::Arc;
+
+use crate::tokenizer::{ExactPrompts, Tokenizer};
 use crate::{PlannedRequest, Workload, WorkloadError};
 
-/// Words prompts are built from.
-const WORDS: &[&str] = &[
-    "shall",
-    "compare",
-    "thee",
-    "summer",
-    "day",
-    "thou",
-    "art",
-    "more",
-    "lovely",
-    "temperate",
-    "rough",
-    "winds",
-    "shake",
-    "darling",
-    "buds",
-    "may",
-    "lease",
-    "hath",
-    "all",
-    "too",
-    "short",
-    "date",
-    "sometime",
-    "hot",
-    "eye",
-    "heaven",
-    "shines",
-    "often",
-    "his",
-    "gold",
-    "complexion",
-    "dimmed",
-    "every",
-    "fair",
-    "from",
-    "declines",
-    "chance",
-    "nature",
-    "changing",
-    "course",
-    "untrimmed",
-    "but",
-    "eternal",
-    "shall",
-    "not",
-    "fade",
-    "lose",
-    "possession",
-    "that",
-    "owest",
-    "nor",
-    "death",
-    "brag",
-    "wanderest",
-    "shade",
-    "when",
-    "lines",
-    "time",
-    "growest",
-    "long",
-    "men",
-    "can",
-    "breathe",
-    "eyes",
-    "see",
-    "lives",
-    "this",
-    "gives",
-    "life",
-    "river",
-    "stone",
-    "light",
-    "morning",
-    "garden",
-    "window",
-    "letter",
-    "bridge",
-    "candle",
-    "winter",
-    "harbor",
-];
+/// Words prompts are built from: the bundled corpus, split on whitespace.
+fn words() -> &'static [&'static str] {
+    static WORDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    WORDS.get_or_init(|| crate::tokenizer::CORPUS.split_whitespace().collect())
+}
 
 /// How synthetic requests are drawn.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,7 +74,8 @@ impl SyntheticSpec {
             if i > 0 {
                 text.push(' ');
             }
-            text.push_str(WORDS[rng.gen_range(0..WORDS.len())]);
+            let w = words();
+            text.push_str(w[rng.gen_range(0..w.len())]);
         }
         let prompt = if self.chat {
             Prompt::Chat(vec![Message::text("user", text)])
@@ -163,6 +89,41 @@ impl SyntheticSpec {
             input_tokens_exact: false,
             max_tokens: n_out,
         }
+    }
+}
+
+/// Synthetic requests whose prompts have exactly the drawn number of tokens for a real
+/// tokenizer (text from the bundled corpus, or token ids).
+#[derive(Debug, Clone)]
+pub struct ExactSynthetic {
+    pub spec: SyntheticSpec,
+    prompts: ExactPrompts,
+    token_ids: bool,
+}
+
+impl ExactSynthetic {
+    pub fn new(spec: SyntheticSpec, tokenizer: Arc<Tokenizer>, token_ids: bool) -> Self {
+        Self { spec, prompts: ExactPrompts::new(tokenizer), token_ids }
+    }
+}
+
+impl Workload for ExactSynthetic {
+    fn request(&mut self, index: u64) -> Option<PlannedRequest> {
+        let mut p = self.spec.planned(index);
+        let seed = self.spec.seed ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03);
+        let n = p.input_tokens as usize;
+        p.prompt = if self.token_ids {
+            Prompt::TokenIds(self.prompts.ids(n, seed))
+        } else {
+            let text = self.prompts.text(n, seed).ok()?;
+            if self.spec.chat {
+                Prompt::Chat(vec![Message::text("user", text)])
+            } else {
+                Prompt::Text(text)
+            }
+        };
+        p.input_tokens_exact = true;
+        Some(p)
     }
 }
 

@@ -1,0 +1,189 @@
+//! Real tokenizers (Hugging Face `tokenizer.json`, through the `tokenizers` crate built
+//! without C dependencies) and prompts of an exact token count.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::WorkloadError;
+
+/// A loaded tokenizer. Counts exclude special tokens (BOS/EOS added by post-processors):
+/// those, and the chat template, are the server's to add; see [`Tokenizer::count`].
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    source: String,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("source", &self.source).finish_non_exhaustive()
+    }
+}
+
+/// Where the Hugging Face cache keeps a model's files.
+fn hf_cache_dir() -> Option<PathBuf> {
+    if let Some(h) = std::env::var_os("HF_HUB_CACHE") {
+        return Some(PathBuf::from(h));
+    }
+    if let Some(h) = std::env::var_os("HF_HOME") {
+        return Some(PathBuf::from(h).join("hub"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
+}
+
+impl Tokenizer {
+    /// Load a `tokenizer.json` file.
+    pub fn from_file(path: &Path) -> Result<Self, WorkloadError> {
+        let mut inner =
+            tokenizers::Tokenizer::from_file(path).map_err(|e| WorkloadError::Tokenizer {
+                source_name: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        // Some saved files carry truncation or padding settings (the GPT-2 file here
+        // truncates at 50): a counter must never truncate or pad.
+        inner.with_truncation(None).map_err(|e| WorkloadError::Tokenizer {
+            source_name: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        inner.with_padding(None);
+        Ok(Self { inner, source: path.display().to_string() })
+    }
+
+    /// A path to a `tokenizer.json` (or a directory holding one), or a Hugging Face model id
+    /// (`org/name`) found in the local Hugging Face cache. Nothing is downloaded.
+    pub fn resolve(path_or_id: &str) -> Result<Self, WorkloadError> {
+        let p = Path::new(path_or_id);
+        if p.is_file() {
+            return Self::from_file(p);
+        }
+        if p.is_dir() {
+            return Self::from_file(&p.join("tokenizer.json"));
+        }
+        let cache = hf_cache_dir();
+        if let (Some(cache), Some((org, name))) = (&cache, path_or_id.split_once('/')) {
+            let snaps = cache.join(format!("models--{org}--{name}")).join("snapshots");
+            if let Ok(rd) = std::fs::read_dir(&snaps) {
+                let mut found: Vec<PathBuf> = rd
+                    .filter_map(Result::ok)
+                    .map(|e| e.path().join("tokenizer.json"))
+                    .filter(|f| f.is_file())
+                    .collect();
+                found.sort();
+                if let Some(f) = found.pop() {
+                    return Self::from_file(&f);
+                }
+            }
+        }
+        Err(WorkloadError::Tokenizer {
+            source_name: path_or_id.to_owned(),
+            reason: format!(
+                "not a tokenizer.json file or directory, and not in the Hugging Face cache ({}); \
+                 download it first (e.g. `huggingface-cli download {path_or_id} tokenizer.json`) or pass a path",
+                cache.map_or_else(|| "no cache directory".into(), |c| c.display().to_string())
+            ),
+        })
+    }
+
+    /// Vocabulary size without added tokens.
+    pub fn vocab_size(&self) -> u32 {
+        self.inner.get_vocab_size(false) as u32
+    }
+
+    /// Where it was loaded from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Token ids of `text`, without special tokens.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.inner.encode_fast(text, false).map(|e| e.get_ids().to_vec()).unwrap_or_default()
+    }
+
+    /// The number of tokens of `text`, without special tokens.
+    pub fn count(&self, text: &str) -> usize {
+        self.inner.encode_fast(text, false).map_or(0, |e| e.len())
+    }
+
+    /// Text of token ids (special tokens skipped).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, true).unwrap_or_default()
+    }
+}
+
+/// The bundled public-domain text prompts are built from: Shakespeare's sonnets (1609).
+pub const CORPUS: &str = include_str!("../corpus/sonnets.txt");
+
+/// Builds prompts of an exact token count from the corpus, for one tokenizer.
+#[derive(Debug, Clone)]
+pub struct ExactPrompts {
+    tok: Arc<Tokenizer>,
+    corpus: Arc<Vec<u32>>,
+    /// Vocabulary size without added tokens.
+    vocab: u32,
+}
+
+impl ExactPrompts {
+    /// Tokenise the corpus once.
+    pub fn new(tok: Arc<Tokenizer>) -> Self {
+        let corpus = tok.encode(CORPUS);
+        let vocab = tok.vocab_size();
+        Self { tok, corpus: Arc::new(corpus), vocab }
+    }
+
+    /// Two token ids that spell `id` in base (vocabulary − 1000), skipping the first 1000 ids
+    /// (special and byte tokens): distinct ids below (vocabulary − 1000)² get distinct pairs,
+    /// and the first tokens already differ unless the ids are equal modulo the base.
+    pub fn block_marker(&self, id: u64) -> [u32; 2] {
+        let base = u64::from(self.vocab.saturating_sub(1000).max(2));
+        [1000 + ((id % base) as u32), 1000 + (((id / base) % base) as u32)]
+    }
+
+    /// Text of token ids.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.tok.decode(ids)
+    }
+
+    /// `n` corpus token ids starting at a seeded offset (wrapping), for token-id prompts.
+    pub fn ids(&self, n: usize, seed: u64) -> Vec<u32> {
+        let len = self.corpus.len().max(1);
+        let start = (seed % len as u64) as usize;
+        (0..n).map(|i| self.corpus[(start + i) % len]).collect()
+    }
+
+    /// Text that encodes to exactly `n` tokens (without special tokens), deterministic for
+    /// `seed`. Decoding a window of corpus tokens and re-encoding it can merge or split tokens
+    /// at the edges, so the window is trimmed or extended until the count is exact.
+    pub fn text(&self, n: usize, seed: u64) -> Result<String, WorkloadError> {
+        if n == 0 {
+            return Ok(String::new());
+        }
+        let len = self.corpus.len().max(1);
+        for attempt in 0..8u64 {
+            let start = ((seed.wrapping_add(attempt.wrapping_mul(7919))) % len as u64) as usize;
+            let mut ids: Vec<u32> = (0..n).map(|i| self.corpus[(start + i) % len]).collect();
+            let mut next = start + n;
+            for _ in 0..24 {
+                let text = self.tok.decode(&ids);
+                let c = self.tok.count(&text);
+                if c == n {
+                    return Ok(text);
+                }
+                if c > n {
+                    let drop = (c - n).min(ids.len().saturating_sub(1)).max(1);
+                    ids.truncate(ids.len() - drop);
+                } else {
+                    for _ in 0..(n - c) {
+                        ids.push(self.corpus[next % len]);
+                        next += 1;
+                    }
+                }
+            }
+        }
+        Err(WorkloadError::Invalid {
+            name: "prompt length",
+            reason: format!(
+                "could not build a prompt of exactly {n} tokens with {}",
+                self.tok.source()
+            ),
+        })
+    }
+}

@@ -1,0 +1,357 @@
+//! Request-arrival traces: Mooncake JSONL and Azure LLM inference CSV.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quetta_engine::{Message, Prompt};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+
+use crate::tokenizer::{ExactPrompts, Tokenizer};
+use crate::{PlannedRequest, Workload, WorkloadError};
+
+/// One row of a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceRequest {
+    /// 1-based line in the file.
+    pub line: usize,
+    /// Arrival time relative to the first row.
+    pub timestamp: Duration,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// Prefix-block ids (Mooncake); equal leading ids mean a shared prefix.
+    pub hash_ids: Vec<u64>,
+}
+
+fn parse_err(path: &Path, line: usize, field: &str, reason: impl Into<String>) -> WorkloadError {
+    WorkloadError::Parse {
+        path: path.display().to_string(),
+        line,
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn read(path: &Path) -> Result<String, WorkloadError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| WorkloadError::Io { path: path.display().to_string(), reason: e.to_string() })
+}
+
+#[derive(Deserialize)]
+struct MooncakeRow {
+    timestamp: Option<serde_json::Value>,
+    input_length: Option<serde_json::Value>,
+    output_length: Option<serde_json::Value>,
+    #[serde(default)]
+    hash_ids: Option<Vec<serde_json::Value>>,
+}
+
+fn nonneg_int(
+    v: Option<&serde_json::Value>,
+    path: &Path,
+    line: usize,
+    field: &str,
+) -> Result<u64, WorkloadError> {
+    let v = v.ok_or_else(|| parse_err(path, line, field, "missing"))?;
+    if let Some(n) = v.as_u64() {
+        return Ok(n);
+    }
+    if v.as_i64().is_some_and(|n| n < 0) || v.as_f64().is_some_and(|n| n < 0.0) {
+        return Err(parse_err(path, line, field, format!("negative value {v}")));
+    }
+    Err(parse_err(path, line, field, format!("expected a whole number, got {v}")))
+}
+
+/// Load a Mooncake trace: JSONL rows `{"timestamp": ms, "input_length", "output_length", "hash_ids"}`.
+pub fn load_mooncake(path: &Path) -> Result<Vec<TraceRequest>, WorkloadError> {
+    parse_mooncake(&read(path)?, path)
+}
+
+/// Parse Mooncake JSONL text (`path` names it in errors).
+pub fn parse_mooncake(text: &str, path: &Path) -> Result<Vec<TraceRequest>, WorkloadError> {
+    let mut out = Vec::new();
+    let mut last = 0u64;
+    for (i, l) in text.lines().enumerate() {
+        let line = i + 1;
+        if l.trim().is_empty() {
+            continue;
+        }
+        let row: MooncakeRow = serde_json::from_str(l)
+            .map_err(|e| parse_err(path, line, "(json)", format!("not a JSON object: {e}")))?;
+        let ts = nonneg_int(row.timestamp.as_ref(), path, line, "timestamp")?;
+        if ts < last {
+            return Err(parse_err(
+                path,
+                line,
+                "timestamp",
+                format!("decreases ({ts} ms after {last} ms)"),
+            ));
+        }
+        last = ts;
+        let input = nonneg_int(row.input_length.as_ref(), path, line, "input_length")?;
+        let output = nonneg_int(row.output_length.as_ref(), path, line, "output_length")?;
+        let hash_ids = row
+            .hash_ids
+            .unwrap_or_default()
+            .iter()
+            .map(|v| {
+                v.as_u64().ok_or_else(|| {
+                    parse_err(path, line, "hash_ids", format!("{v} is not a block id"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        out.push(TraceRequest {
+            line,
+            timestamp: Duration::from_millis(ts),
+            input_len: u32::try_from(input)
+                .map_err(|_| parse_err(path, line, "input_length", "too large"))?,
+            output_len: u32::try_from(output)
+                .map_err(|_| parse_err(path, line, "output_length", "too large"))?,
+            hash_ids,
+        });
+    }
+    if out.is_empty() {
+        return Err(parse_err(path, 1, "(file)", "no rows"));
+    }
+    Ok(out)
+}
+
+/// Nanoseconds since the Unix epoch for `YYYY-MM-DD HH:MM:SS[.fffffff]` (any number of
+/// fractional digits; Python's `%f` cannot read the 7 the Azure traces have). Integer
+/// arithmetic throughout: an f64 of epoch seconds cannot hold 100 ns.
+fn parse_timestamp(s: &str) -> Option<i128> {
+    let (date, time) = s.trim().split_once([' ', 'T'])?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let mut t = time.trim_end_matches('Z').split(':');
+    let (hh, mm) = (t.next()?.parse::<i64>().ok()?, t.next()?.parse::<i64>().ok()?);
+    let sec = t.next()?;
+    let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
+    let ss = whole.parse::<i64>().ok()?;
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let nanos: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
+    // days from civil (Howard Hinnant)
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
+}
+
+/// Load an Azure LLM inference trace: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`
+/// (CRLF line ends and 7-digit fractional seconds are handled).
+pub fn load_azure(path: &Path) -> Result<Vec<TraceRequest>, WorkloadError> {
+    parse_azure(&read(path)?, path)
+}
+
+/// Parse Azure CSV text (`path` names it in errors).
+pub fn parse_azure(text: &str, path: &Path) -> Result<Vec<TraceRequest>, WorkloadError> {
+    let mut lines = text.lines().enumerate();
+    let (_, header) = lines.next().ok_or_else(|| parse_err(path, 1, "(header)", "empty file"))?;
+    let cols: Vec<&str> = header.trim_end_matches('\r').split(',').map(str::trim).collect();
+    let col = |name: &str| {
+        cols.iter()
+            .position(|c| c.eq_ignore_ascii_case(name))
+            .ok_or_else(|| parse_err(path, 1, name, "column missing"))
+    };
+    let (ct, cc, cg) = (col("TIMESTAMP")?, col("ContextTokens")?, col("GeneratedTokens")?);
+    let mut out = Vec::new();
+    let mut first: Option<i128> = None;
+    let mut last = i128::MIN;
+    for (i, l) in lines {
+        let line = i + 1;
+        let l = l.trim_end_matches('\r');
+        if l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split(',').collect();
+        let get = |c: usize, name: &str| {
+            f.get(c).map(|s| s.trim()).ok_or_else(|| parse_err(path, line, name, "missing"))
+        };
+        let ts_s = get(ct, "TIMESTAMP")?;
+        let ts = parse_timestamp(ts_s).ok_or_else(|| {
+            parse_err(path, line, "TIMESTAMP", format!("{ts_s:?} is not YYYY-MM-DD HH:MM:SS[.f]"))
+        })?;
+        if ts < last {
+            return Err(parse_err(path, line, "TIMESTAMP", "decreases"));
+        }
+        last = ts;
+        let t0 = *first.get_or_insert(ts);
+        let num = |c: usize, name: &str| -> Result<u32, WorkloadError> {
+            let s = get(c, name)?;
+            s.parse::<u32>().map_err(|_| {
+                parse_err(
+                    path,
+                    line,
+                    name,
+                    if s.starts_with('-') {
+                        format!("negative value {s}")
+                    } else {
+                        format!("{s:?} is not a whole number")
+                    },
+                )
+            })
+        };
+        out.push(TraceRequest {
+            line,
+            timestamp: Duration::from_nanos(u64::try_from(ts - t0).unwrap_or(0)),
+            input_len: num(cc, "ContextTokens")?,
+            output_len: num(cg, "GeneratedTokens")?,
+            hash_ids: Vec::new(),
+        });
+    }
+    if out.is_empty() {
+        return Err(parse_err(path, 2, "(file)", "no rows"));
+    }
+    Ok(out)
+}
+
+/// Words for prompts built without a tokenizer (one word per intended token; exact against
+/// the simulator, which counts words).
+const BLOCK_WORDS: &[&str] = &[
+    "amber", "basin", "cedar", "delta", "ember", "fable", "grove", "harbor", "ivory", "jasper",
+    "kettle", "lantern", "meadow", "nectar", "orchard", "pebble", "quarry", "raven", "saddle",
+    "timber", "umber", "valley", "willow", "yarrow", "zephyr", "anchor", "beacon", "canyon",
+];
+
+/// Replays a trace: each request's prompt is built from its prefix blocks, so requests that
+/// share leading `hash_ids` share exactly those leading blocks (`block_size` tokens each).
+///
+/// With a tokenizer, a block is `block_size` corpus token ids chosen by the block id:
+/// token-id prompts (completions) share exactly those tokens; text prompts (chat) are the
+/// decoded ids, and re-tokenisation can merge tokens at block edges (at most a token or two
+/// per edge). Without a tokenizer, a block is `block_size` words (exact for the simulator,
+/// which counts words; an estimate for real servers).
+pub struct TraceWorkload {
+    pub requests: Vec<TraceRequest>,
+    pub block_size: u32,
+    pub seed: u64,
+    pub chat: bool,
+    /// Send token ids (completions endpoint) instead of text.
+    pub token_ids: bool,
+    prompts: Option<ExactPrompts>,
+}
+
+impl std::fmt::Debug for TraceWorkload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWorkload")
+            .field("requests", &self.requests.len())
+            .field("block_size", &self.block_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceWorkload {
+    pub fn new(
+        requests: Vec<TraceRequest>,
+        block_size: u32,
+        seed: u64,
+        chat: bool,
+        tokenizer: Option<Arc<Tokenizer>>,
+    ) -> Self {
+        Self {
+            requests,
+            block_size: block_size.max(1),
+            seed,
+            chat,
+            token_ids: false,
+            prompts: tokenizer.map(ExactPrompts::new),
+        }
+    }
+
+    /// Intended send offsets: the trace's timestamps divided by `speed`.
+    pub fn offsets(&self, speed: f64) -> Vec<Duration> {
+        self.requests
+            .iter()
+            .map(|r| Duration::from_secs_f64(r.timestamp.as_secs_f64() / speed))
+            .collect()
+    }
+
+    /// Block ids of a request: its hash_ids, or fresh per-request ids when it has none.
+    fn blocks(&self, index: u64, r: &TraceRequest) -> Vec<u64> {
+        let n = r.input_len.div_ceil(self.block_size) as usize;
+        if r.hash_ids.len() >= n && n > 0 {
+            return r.hash_ids[..n].to_vec();
+        }
+        let mut v = r.hash_ids.clone();
+        // Blocks the trace does not name are unique to this request.
+        v.extend((v.len()..n).map(|k| (1u64 << 63) | (index << 20) | k as u64));
+        v
+    }
+
+    /// The token ids of a request's prompt (tokenizer required). Each block is a corpus
+    /// window chosen by the block id, opened by two marker tokens that spell the block id in
+    /// base (vocabulary − 1000): blocks with different ids (below ~2·10^9) differ from their
+    /// first two tokens on, and equal blocks are equal.
+    pub fn prompt_ids(&self, index: u64) -> Option<Vec<u32>> {
+        let p = self.prompts.as_ref()?;
+        let r = self.requests.get(index as usize)?;
+        let mut ids = Vec::with_capacity(r.input_len as usize);
+        for (k, b) in self.blocks(index, r).into_iter().enumerate() {
+            let take = (r.input_len - k as u32 * self.block_size).min(self.block_size) as usize;
+            let seed = self.seed ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let marks = p.block_marker(b);
+            let m = take.min(marks.len());
+            ids.extend_from_slice(&marks[..m]);
+            ids.extend(p.ids(take - m, seed));
+        }
+        Some(ids)
+    }
+
+    fn prompt_words(&self, index: u64, r: &TraceRequest) -> String {
+        let mut s = String::with_capacity(r.input_len as usize * 7);
+        for (k, b) in self.blocks(index, r).into_iter().enumerate() {
+            let take = (r.input_len - k as u32 * self.block_size).min(self.block_size);
+            let mut rng =
+                ChaCha8Rng::seed_from_u64(self.seed ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            for _ in 0..take {
+                if !s.is_empty() {
+                    s.push(' ');
+                }
+                s.push_str(BLOCK_WORDS[rng.gen_range(0..BLOCK_WORDS.len())]);
+            }
+        }
+        s
+    }
+}
+
+impl Workload for TraceWorkload {
+    fn request(&mut self, index: u64) -> Option<PlannedRequest> {
+        let r = self.requests.get(index as usize)?;
+        let (prompt, exact) = match (&self.prompts, self.token_ids) {
+            (Some(_), true) => (Prompt::TokenIds(self.prompt_ids(index)?), true),
+            (Some(p), false) => {
+                let ids = self.prompt_ids(index)?;
+                (self.wrap(p.decode(&ids)), false)
+            }
+            (None, _) => (self.wrap(self.prompt_words(index, r)), false),
+        };
+        Some(PlannedRequest {
+            index,
+            prompt,
+            input_tokens: r.input_len,
+            input_tokens_exact: exact,
+            max_tokens: r.output_len.max(1),
+        })
+    }
+}
+
+impl TraceWorkload {
+    fn wrap(&self, text: String) -> Prompt {
+        if self.chat {
+            Prompt::Chat(vec![Message::text("user", text)])
+        } else {
+            Prompt::Text(text)
+        }
+    }
+}
