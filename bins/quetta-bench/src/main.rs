@@ -21,12 +21,32 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// List the named workload profiles.
     Profiles,
+    /// Workload tools.
+    #[command(subcommand)]
+    Workload(WorkloadCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkloadCmd {
+    /// Fit input-length, output-length and inter-arrival distributions from a trace.
+    Fit {
+        /// The trace file.
+        trace: std::path::PathBuf,
+        #[arg(long, value_enum, default_value = "mooncake")]
+        trace_format: run::TraceFormat,
+        /// Where to write the distribution (JSON).
+        #[arg(short, long)]
+        output: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
+        Command::Workload(WorkloadCmd::Fit { trace, trace_format, output }) => {
+            run::fit(&trace, trace_format, &output)
+        }
         Command::Profiles => {
             println!(
                 "{:<24}{:>8}{:>8}  {:<48}{:<44}mode",

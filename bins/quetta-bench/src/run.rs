@@ -18,6 +18,8 @@ use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 use quetta_report::{render_summary, rfc3339, Summary, Target, SCHEMA_VERSION};
 use quetta_sim::{SimConfig, Simulator};
 use quetta_workload::arrival::Arrival;
+use quetta_workload::dataset::{load_jsonl, load_sharegpt, load_text, DatasetWorkload, Filters};
+use quetta_workload::distribution::{DistWorkload, Distribution};
 use quetta_workload::synthetic::{ExactSynthetic, SyntheticSpec};
 use quetta_workload::tokenizer::Tokenizer;
 use quetta_workload::trace::{load_azure, load_mooncake, TraceWorkload};
@@ -29,6 +31,14 @@ use serde::Serialize;
 pub enum Endpoint {
     Chat,
     Completions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatasetFormat {
+    Sharegpt,
+    Jsonl,
+    Text,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -104,6 +114,18 @@ pub struct RunArgs {
     /// Gamma shape of inter-arrival gaps (as vLLM's --burstiness); implies --arrival gamma.
     #[arg(long, value_parser = positive_f64, requires = "request_rate")]
     burstiness: Option<f64>,
+    /// Ramp: start at this rate and rise (or fall) linearly to --request-rate over --ramp-over.
+    #[arg(long, requires_all = ["request_rate", "ramp_over"])]
+    ramp_from: Option<f64>,
+    /// Length of the ramp (e.g. 60s).
+    #[arg(long, value_parser = duration_arg, requires = "ramp_from")]
+    ramp_over: Option<Duration>,
+    /// Bursts: send this many requests at once every --burst-gap.
+    #[arg(long, value_parser = positive_u64, requires = "burst_gap", conflicts_with_all = ["request_rate", "concurrency"])]
+    burst_size: Option<u64>,
+    /// Time between bursts (e.g. 10s).
+    #[arg(long, value_parser = duration_arg, requires = "burst_size")]
+    burst_gap: Option<Duration>,
     /// Cap on requests in flight in the open loop; waiting is recorded as queue time.
     #[arg(long, value_parser = positive_usize)]
     max_concurrency: Option<usize>,
@@ -124,6 +146,25 @@ pub struct RunArgs {
     /// A named workload profile (see `quetta-bench profiles`); explicit flags override it.
     #[arg(long)]
     profile: Option<String>,
+    /// Prompts from a dataset file.
+    #[arg(long, conflicts_with = "trace")]
+    dataset: Option<PathBuf>,
+    /// Format of --dataset.
+    #[arg(long, value_enum, default_value = "sharegpt", requires = "dataset")]
+    dataset_format: DatasetFormat,
+    /// Drop dataset prompts shorter than this (tokens).
+    #[arg(long, requires = "dataset")]
+    min_input_len: Option<u32>,
+    /// Drop dataset prompts longer than this (tokens).
+    #[arg(long, requires = "dataset")]
+    max_input_len: Option<u32>,
+    /// Drop dataset entries whose output length is above this.
+    #[arg(long, requires = "dataset")]
+    max_output_len: Option<u32>,
+    /// Draw lengths (and, in an open loop without --request-rate, arrival gaps) from a
+    /// distribution file written by `quetta-bench workload fit`.
+    #[arg(long, conflicts_with_all = ["trace", "dataset"])]
+    workload: Option<PathBuf>,
     /// Replay a request trace (arrival times, input and output lengths).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -241,6 +282,7 @@ struct Recorded<'a> {
     request_rate: Option<f64>,
     arrival: Option<&'a str>,
     trace: Option<String>,
+    dataset: Option<String>,
     trace_speed: Option<f64>,
     tokenizer: Option<String>,
     burstiness: Option<f64>,
@@ -454,6 +496,58 @@ async fn run(
             }
             Box::new(w)
         }
+        None if a.workload.is_some() => {
+            let path = a.workload.as_ref().expect("checked");
+            let dist = Distribution::load(path)?;
+            let base = SyntheticSpec {
+                input_len: 1,
+                input_stddev: 0.0,
+                output_len: 1,
+                output_stddev: 0.0,
+                chat: a.endpoint == Endpoint::Chat,
+                seed: a.seed,
+            };
+            if a.concurrency.is_none() && a.request_rate.is_none() {
+                let n = a.num_requests.unwrap_or(100);
+                trace_offsets = Some(Arc::new(dist.offsets(n, a.seed)));
+                notes.push("arrival gaps drawn from the distribution file".into());
+            }
+            Box::new(DistWorkload { dist, base })
+        }
+        None if a.dataset.is_some() => {
+            let path = a.dataset.as_ref().expect("checked");
+            let entries = match a.dataset_format {
+                DatasetFormat::Sharegpt => load_sharegpt(path, tokenizer.as_deref())?,
+                DatasetFormat::Jsonl => load_jsonl(path)?,
+                DatasetFormat::Text => load_text(path)?,
+            };
+            let filters = Filters {
+                min_input_len: a.min_input_len,
+                max_input_len: a.max_input_len,
+                max_output_len: a.max_output_len,
+            };
+            let w = DatasetWorkload::new(
+                entries,
+                tokenizer.clone(),
+                filters,
+                a.output_len.unwrap_or(128),
+                a.endpoint == Endpoint::Chat,
+                a.seed,
+            )?;
+            if w.filtered_out > 0 {
+                notes.push(format!(
+                    "{} dataset prompts were left out by the length filters",
+                    w.filtered_out
+                ));
+            }
+            if tokenizer.is_none() {
+                notes.push(
+                    "no --tokenizer: dataset prompt lengths are counted as words (an estimate)"
+                        .into(),
+                );
+            }
+            Box::new(w)
+        }
         None => {
             let spec = SyntheticSpec {
                 input_len: a.input_len.unwrap_or(128),
@@ -475,12 +569,24 @@ async fn run(
             Load::Scheduled { offsets: offsets.clone(), max_concurrency: a.max_concurrency },
             "trace",
         ),
+        (None, _, _) if a.burst_size.is_some() => {
+            let arrival = Arrival::Bursts {
+                size: u32::try_from(a.burst_size.unwrap_or(1)).unwrap_or(u32::MAX),
+                gap: a.burst_gap.unwrap_or(Duration::from_secs(1)),
+            };
+            (Load::Open { rate: 1.0, arrival, max_concurrency: a.max_concurrency }, "open")
+        }
         (None, Some(rate), _) => {
-            let arrival = match (a.burstiness, a.arrival) {
-                (Some(b), _) => Arrival::Gamma { burstiness: b },
-                (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
-                (None, ArrivalArg::Poisson) => Arrival::Poisson,
-                (None, ArrivalArg::Constant) => Arrival::Constant,
+            let arrival = match (a.ramp_from, a.burstiness, a.arrival) {
+                (Some(from), _, arr) => Arrival::Ramp {
+                    from,
+                    over: a.ramp_over.unwrap_or(Duration::from_secs(60)),
+                    poisson: arr != ArrivalArg::Constant,
+                },
+                (None, Some(b), _) => Arrival::Gamma { burstiness: b },
+                (None, None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
+                (None, None, ArrivalArg::Poisson) => Arrival::Poisson,
+                (None, None, ArrivalArg::Constant) => Arrival::Constant,
             };
             (Load::Open { rate, arrival, max_concurrency: a.max_concurrency }, "open")
         }
@@ -498,6 +604,8 @@ async fn run(
     let arrival_name = match &load {
         Load::Open { arrival: Arrival::Poisson, .. } => Some("poisson"),
         Load::Open { arrival: Arrival::Constant, .. } => Some("constant"),
+        Load::Open { arrival: Arrival::Ramp { .. }, .. } => Some("ramp"),
+        Load::Open { arrival: Arrival::Bursts { .. }, .. } => Some("bursts"),
         Load::Open { .. } => Some("gamma"),
         _ => None,
     };
@@ -526,6 +634,7 @@ async fn run(
         request_rate: a.request_rate,
         arrival: arrival_name,
         trace: a.trace.as_ref().map(|p| p.display().to_string()),
+        dataset: a.dataset.as_ref().map(|p| p.display().to_string()),
         trace_speed: a.trace.as_ref().map(|_| a.trace_speed),
         tokenizer: tokenizer.as_ref().map(|t| t.source().to_owned()),
         burstiness: a.burstiness,
@@ -712,4 +821,33 @@ fn trace_offsets_expected(a: &RunArgs) -> bool {
         .as_deref()
         .and_then(|p| profiles::find(p).ok())
         .is_none_or(|p| p.source == profiles::Source::Synthetic)
+}
+
+/// `quetta-bench workload fit`.
+pub fn fit(trace: &Path, format: TraceFormat, output: &Path) -> Result<ExitCode> {
+    let rows = match format {
+        TraceFormat::Mooncake => load_mooncake(trace)?,
+        TraceFormat::Azure => load_azure(trace)?,
+    };
+    let d = Distribution::fit(&trace.display().to_string(), &rows)?;
+    fs::write(output, serde_json::to_string_pretty(&d)? + "\n")
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    println!("fitted {} requests from {}", rows.len(), trace.display());
+    for (name, f) in [
+        ("input length", &d.input_len),
+        ("output length", &d.output_len),
+        ("inter-arrival (s)", &d.inter_arrival_s),
+    ] {
+        let fits: Vec<String> =
+            f.fits.iter().map(|x| format!("{} KS {:.3}", x.family, x.ks)).collect();
+        println!(
+            "  {name:<18} mean {:>10.3}  p50 {:>10.3}  p99 {:>10.3}  fits: {}",
+            f.mean,
+            f.quantiles[500],
+            f.quantiles[990],
+            fits.join(", ")
+        );
+    }
+    println!("sampling uses the empirical quantiles; wrote {}", output.display());
+    Ok(ExitCode::SUCCESS)
 }

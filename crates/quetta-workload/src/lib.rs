@@ -9,6 +9,8 @@
 //! A workload yields [`PlannedRequest`]s; the load generator decides when to send them.
 
 pub mod arrival;
+pub mod dataset;
+pub mod distribution;
 pub mod profiles;
 pub mod synthetic;
 pub mod tokenizer;

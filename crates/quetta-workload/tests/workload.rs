@@ -156,3 +156,126 @@ fn malformed_traces_name_file_line_and_field() {
         .to_string();
     assert!(e.contains("negative"), "{e}");
 }
+
+/// Every N from 1 to 32,768 (or `QUETTA_EXACT_MAX`) for GPT-2, Qwen3 and Mistral (or
+/// `QUETTA_EXACT_TOKENIZERS`, comma-separated). Hours of CPU in a debug build; run it with
+/// `cargo test --release -p quetta-workload --test workload -- --ignored every_length`.
+#[test]
+#[ignore = "exhaustive: run explicitly in release mode"]
+fn every_length_from_1_to_32768() {
+    let max: usize =
+        std::env::var("QUETTA_EXACT_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(32_768);
+    let names = std::env::var("QUETTA_EXACT_TOKENIZERS")
+        .unwrap_or_else(|_| "gpt2,qwen3,mistral-7b-v0.1".into());
+    for name in names.split(',') {
+        let t = tok(name);
+        let p = ExactPrompts::new(t.clone());
+        let start = std::time::Instant::now();
+        for n in 1..=max {
+            let text = p.text(n, n as u64 * 31 + 7).unwrap_or_else(|e| panic!("{name} N={n}: {e}"));
+            assert_eq!(t.count(&text), n, "{name}: N={n}");
+        }
+        eprintln!("{name}: every N in 1..={max} exact ({:.0} s)", start.elapsed().as_secs_f64());
+    }
+}
+
+#[test]
+fn datasets_load_filter_and_name_bad_lines() {
+    use quetta_workload::dataset::{load_jsonl, load_sharegpt, DatasetWorkload, Filters};
+    let g = tok("gpt2");
+    let sg =
+        load_sharegpt(&fixtures().join("conversations/sharegpt_v3_first_turn_500.json"), Some(&g))
+            .unwrap();
+    assert_eq!(sg.len(), 500);
+    let f = Filters { min_input_len: Some(4), max_input_len: Some(200), max_output_len: None };
+    let mut w = DatasetWorkload::new(sg, Some(g.clone()), f, 128, true, 1).unwrap();
+    assert!(w.filtered_out > 0 && w.len() + w.filtered_out == 500);
+    for i in 0..600 {
+        let p = w.request(i).unwrap();
+        assert!((4..=200).contains(&p.input_tokens), "{}", p.input_tokens);
+        let Prompt::Chat(m) = &p.prompt else { panic!() };
+        assert_eq!(g.count(&m[0].text_content()) as u32, p.input_tokens);
+    }
+    let dir = std::env::temp_dir().join(format!("quetta-ds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.jsonl");
+    std::fs::write(&good, "{\"prompt\": \"hello there\", \"max_tokens\": 7}\n\n{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n").unwrap();
+    let e = load_jsonl(&good).unwrap();
+    assert_eq!((e.len(), e[0].output_len, e[1].output_len), (2, Some(7), None));
+    for (body, want) in [
+        ("{\"prompt\": \"a\"}\n{\"nope\": 1}\n", ":2: field prompt: missing"),
+        ("{\"prompt\": \"a\", \"max_tokens\": -3}\n", ":1: field max_tokens"),
+        ("not json\n", ":1: field (json)"),
+        ("{\"messages\": 5}\n", ":1: field messages"),
+    ] {
+        let bad = dir.join("bad.jsonl");
+        std::fs::write(&bad, body).unwrap();
+        let msg = load_jsonl(&bad).unwrap_err().to_string();
+        assert!(msg.contains("bad.jsonl") && msg.contains(want), "{msg:?} should contain {want:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn ks2(a: &mut [f64], b: &mut [f64]) -> f64 {
+    a.sort_by(f64::total_cmp);
+    b.sort_by(f64::total_cmp);
+    let (mut i, mut j, mut d) = (0, 0, 0.0f64);
+    while i < a.len() && j < b.len() {
+        let x = a[i].min(b[j]);
+        while i < a.len() && a[i] <= x {
+            i += 1;
+        }
+        while j < b.len() && b[j] <= x {
+            j += 1;
+        }
+        d = d.max((i as f64 / a.len() as f64 - j as f64 / b.len() as f64).abs());
+    }
+    d
+}
+
+#[test]
+fn distribution_fitted_to_azure_reproduces_its_lengths() {
+    use quetta_workload::distribution::{DistWorkload, Distribution};
+    use quetta_workload::synthetic::SyntheticSpec;
+    let trace = load_azure(&fixtures().join("traces/azure_llm_inference_2023_conv.csv")).unwrap();
+    let d = Distribution::fit("azure", &trace).unwrap();
+    // round trip through the file format
+    let path = std::env::temp_dir().join(format!("quetta-dist-{}.json", std::process::id()));
+    std::fs::write(&path, serde_json::to_string(&d).unwrap()).unwrap();
+    let d = Distribution::load(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    for f in [&d.input_len, &d.output_len, &d.inter_arrival_s] {
+        assert_eq!(f.fits.len(), 3);
+        assert!(f.fits.windows(2).all(|w| w[0].ks <= w[1].ks), "fits sorted by KS distance");
+    }
+    let base = SyntheticSpec {
+        input_len: 1,
+        input_stddev: 0.0,
+        output_len: 1,
+        output_stddev: 0.0,
+        chat: true,
+        seed: 42,
+    };
+    let w = DistWorkload { dist: d.clone(), base };
+    let (mut si, mut so): (Vec<f64>, Vec<f64>) = (0..10_000)
+        .map(|i| {
+            let (a, b) = w.lengths(i);
+            (f64::from(a), f64::from(b))
+        })
+        .unzip();
+    let mut ti: Vec<f64> = trace.iter().map(|r| f64::from(r.input_len)).collect();
+    let mut to: Vec<f64> = trace.iter().map(|r| f64::from(r.output_len)).collect();
+    let (ki, ko) = (ks2(&mut si, &mut ti), ks2(&mut so, &mut to));
+    eprintln!("two-sample KS: input {ki:.4}, output {ko:.4}; best fits: input {} ({:.3}), output {} ({:.3}), gaps {} ({:.3})",
+        d.input_len.fits[0].family, d.input_len.fits[0].ks, d.output_len.fits[0].family, d.output_len.fits[0].ks,
+        d.inter_arrival_s.fits[0].family, d.inter_arrival_s.fits[0].ks);
+    assert!(ki < 0.05, "input KS {ki}");
+    assert!(ko < 0.05, "output KS {ko}");
+    let offs = d.offsets(5000, 1);
+    let mean_gap = offs.last().unwrap().as_secs_f64() / 4999.0;
+    assert!(
+        (mean_gap / d.inter_arrival_s.mean - 1.0).abs() < 0.1,
+        "{mean_gap} vs {}",
+        d.inter_arrival_s.mean
+    );
+}
