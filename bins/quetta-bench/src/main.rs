@@ -20,7 +20,11 @@ enum Command {
     /// Run a benchmark (against the embedded simulator when no --base-url is given).
     Run(Box<run::RunArgs>),
     /// List the named workload profiles.
-    Profiles,
+    Profiles {
+        /// Also list the profiles of this TOML file.
+        #[arg(long)]
+        profile_file: Option<std::path::PathBuf>,
+    },
     /// Workload tools.
     #[command(subcommand)]
     Workload(WorkloadCmd),
@@ -34,6 +38,9 @@ enum WorkloadCmd {
         trace: std::path::PathBuf,
         #[arg(long, value_enum, default_value = "mooncake")]
         trace_format: run::TraceFormat,
+        /// Columns of a csv/jsonl trace (see `run --trace-columns`).
+        #[arg(long, default_value = "")]
+        trace_columns: String,
         /// Where to write the distribution (JSON).
         #[arg(short, long)]
         output: std::path::PathBuf,
@@ -44,10 +51,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
-        Command::Workload(WorkloadCmd::Fit { trace, trace_format, output }) => {
-            run::fit(&trace, trace_format, &output)
+        Command::Workload(WorkloadCmd::Fit { trace, trace_format, trace_columns, output }) => {
+            run::fit(&trace, trace_format, &trace_columns, &output)
         }
-        Command::Profiles => {
+        Command::Profiles { profile_file } => {
             println!(
                 "{:<24}{:>8}{:>8}  {:<48}{:<44}mode",
                 "profile", "ISL", "OSL", "dataset", "arrival"
@@ -66,6 +73,37 @@ fn main() -> ExitCode {
                         "trace replay"
                     }
                 );
+            }
+            if let Some(f) = profile_file {
+                match quetta_workload::profiles::load_file(&f) {
+                    Ok(user) => {
+                        for p in user {
+                            let src =
+                                p.trace.as_deref().or(p.dataset.as_deref()).unwrap_or("synthetic");
+                            let load = match (p.request_rate, p.concurrency) {
+                                (Some(r), _) => format!(
+                                    "{r} req/s {}",
+                                    p.arrival.as_deref().unwrap_or("poisson")
+                                ),
+                                (None, Some(c)) => format!("concurrency {c}"),
+                                _ => "as given".into(),
+                            };
+                            println!(
+                                "{:<24}{:>8}{:>8}  {:<48}{:<44}user ({})",
+                                p.name,
+                                p.input_len.map_or("-".into(), |v| v.to_string()),
+                                p.output_len.map_or("-".into(), |v| v.to_string()),
+                                src,
+                                load,
+                                f.display()
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -22,7 +22,9 @@ use quetta_workload::dataset::{load_jsonl, load_sharegpt, load_text, DatasetWork
 use quetta_workload::distribution::{DistWorkload, Distribution};
 use quetta_workload::synthetic::{ExactSynthetic, SyntheticSpec};
 use quetta_workload::tokenizer::Tokenizer;
-use quetta_workload::trace::{load_azure, load_mooncake, TraceWorkload};
+use quetta_workload::trace::{
+    load_azure, load_csv, load_jsonl_trace, load_mooncake, ColumnMap, TraceWorkload,
+};
 use quetta_workload::{profiles, Workload};
 use serde::Serialize;
 
@@ -46,6 +48,10 @@ pub enum DatasetFormat {
 pub enum TraceFormat {
     Mooncake,
     Azure,
+    /// Any CSV with a header, read through --trace-columns (BurstGPT's by default).
+    Csv,
+    /// Any JSONL, read through --trace-columns.
+    Jsonl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -146,6 +152,9 @@ pub struct RunArgs {
     /// A named workload profile (see `quetta-bench profiles`); explicit flags override it.
     #[arg(long)]
     profile: Option<String>,
+    /// A TOML file of user profiles (looked up before the built-in ones).
+    #[arg(long, requires = "profile")]
+    profile_file: Option<PathBuf>,
     /// Prompts from a dataset file.
     #[arg(long, conflicts_with = "trace")]
     dataset: Option<PathBuf>,
@@ -171,6 +180,10 @@ pub struct RunArgs {
     /// Format of --trace.
     #[arg(long, value_enum, default_value = "mooncake", requires = "trace")]
     trace_format: TraceFormat,
+    /// Columns of a csv/jsonl trace: timestamp=COL,input=COL,output=COL[,unit=s|ms]
+    /// (default: BurstGPT's Timestamp, Request tokens, Response tokens in seconds).
+    #[arg(long, default_value = "")]
+    trace_columns: String,
     /// Replay the trace this many times faster (2 = twice as fast).
     #[arg(long, value_parser = positive_f64, default_value_t = 1.0)]
     trace_speed: f64,
@@ -333,7 +346,46 @@ fn prepare_output_dir(dir: &Path, overwrite: bool) -> Result<()> {
 }
 
 pub fn main(mut a: RunArgs) -> Result<ExitCode> {
-    let profile = a.profile.as_deref().map(profiles::find).transpose().context("--profile")?;
+    let user = match (&a.profile_file, &a.profile) {
+        (Some(f), Some(name)) => {
+            let all = profiles::load_file(f).context("--profile-file")?;
+            all.into_iter().find(|p| &p.name == name)
+        }
+        _ => None,
+    };
+    if let Some(u) = &user {
+        a.input_len = a.input_len.or(u.input_len);
+        a.input_len_stddev = a.input_len_stddev.or(u.input_stddev);
+        a.output_len = a.output_len.or(u.output_len);
+        a.output_len_stddev = a.output_len_stddev.or(u.output_stddev);
+        if a.request_rate.is_none() && a.concurrency.is_none() {
+            a.request_rate = u.request_rate;
+            a.concurrency = u.concurrency;
+        }
+        if let Some(arr) = &u.arrival {
+            a.arrival = ArrivalArg::from_str(arr, true)
+                .map_err(|e| anyhow::anyhow!("profile {}: arrival: {e}", u.name))?;
+        }
+        if a.dataset.is_none() && a.trace.is_none() {
+            a.dataset = u.dataset.as_ref().map(PathBuf::from);
+            a.trace = u.trace.as_ref().map(PathBuf::from);
+        }
+        if let Some(f) = &u.dataset_format {
+            a.dataset_format = DatasetFormat::from_str(f, true)
+                .map_err(|e| anyhow::anyhow!("profile {}: dataset_format: {e}", u.name))?;
+        }
+        if let Some(f) = &u.trace_format {
+            a.trace_format = TraceFormat::from_str(f, true)
+                .map_err(|e| anyhow::anyhow!("profile {}: trace_format: {e}", u.name))?;
+        }
+        if let Some(c) = &u.trace_columns {
+            a.trace_columns.clone_from(c);
+        }
+    }
+    let profile = match (&user, a.profile.as_deref()) {
+        (None, Some(name)) => Some(profiles::find(name).context("--profile")?),
+        _ => None,
+    };
     if let Some(p) = &profile {
         a.input_len = a.input_len.or(Some(p.input_len));
         a.input_len_stddev = a.input_len_stddev.or(Some(p.input_stddev));
@@ -456,7 +508,7 @@ async fn run(
     let engine: Arc<dyn Engine> = Arc::new(engine);
 
     let tokenizer = match &a.tokenizer {
-        Some(t) => Some(Arc::new(Tokenizer::resolve(t).context("--tokenizer")?)),
+        Some(t) => Some(Arc::new(resolve_tokenizer(t).await?)),
         None => None,
     };
     if a.max_concurrency.is_some()
@@ -471,10 +523,7 @@ async fn run(
     }
     let mut trace_offsets = None;
     let rows = match (&a.trace, trace_rows) {
-        (Some(path), _) => Some(match a.trace_format {
-            TraceFormat::Mooncake => load_mooncake(path)?,
-            TraceFormat::Azure => load_azure(path)?,
-        }),
+        (Some(path), _) => Some(load_trace(path, a.trace_format, &a.trace_columns)?),
         (None, rows) => rows,
     };
     if rows.is_some() && (a.concurrency.is_some() || a.request_rate.is_some()) {
@@ -739,6 +788,18 @@ fn build_summary(
                 .into(),
         );
     }
+    if let Some(d) = metrics.prompt_tokens_over_plan {
+        if d.abs() >= 0.5 {
+            notes.push(if a.tokenizer.is_some() {
+                format!(
+                    "the server counted {d:+.1} prompt tokens per request beyond the exact planned length: its chat template and special tokens{}",
+                    if a.endpoint == Endpoint::Completions { " (e.g. BOS)" } else { "" }
+                )
+            } else {
+                format!("the server counted {d:+.1} prompt tokens per request beyond the planned (estimated) length; pass --tokenizer for exact lengths")
+            });
+        }
+    }
     if metrics.token_count_source == "chunks" || metrics.token_count_source == "mixed" {
         notes.push("output token counts come (at least partly) from counting chunks: the server reported no usage".into());
     }
@@ -824,11 +885,8 @@ fn trace_offsets_expected(a: &RunArgs) -> bool {
 }
 
 /// `quetta-bench workload fit`.
-pub fn fit(trace: &Path, format: TraceFormat, output: &Path) -> Result<ExitCode> {
-    let rows = match format {
-        TraceFormat::Mooncake => load_mooncake(trace)?,
-        TraceFormat::Azure => load_azure(trace)?,
-    };
+pub fn fit(trace: &Path, format: TraceFormat, columns: &str, output: &Path) -> Result<ExitCode> {
+    let rows = load_trace(trace, format, columns)?;
     let d = Distribution::fit(&trace.display().to_string(), &rows)?;
     fs::write(output, serde_json::to_string_pretty(&d)? + "\n")
         .with_context(|| format!("cannot write {}", output.display()))?;
@@ -850,4 +908,52 @@ pub fn fit(trace: &Path, format: TraceFormat, output: &Path) -> Result<ExitCode>
     }
     println!("sampling uses the empirical quantiles; wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
+}
+
+fn load_trace(
+    path: &Path,
+    format: TraceFormat,
+    columns: &str,
+) -> Result<Vec<quetta_workload::trace::TraceRequest>> {
+    Ok(match format {
+        TraceFormat::Mooncake => load_mooncake(path)?,
+        TraceFormat::Azure => load_azure(path)?,
+        TraceFormat::Csv => load_csv(path, &ColumnMap::parse(columns)?)?,
+        TraceFormat::Jsonl => load_jsonl_trace(path, &ColumnMap::parse(columns)?)?,
+    })
+}
+
+/// A tokenizer by path, from the local Hugging Face cache, or downloaded from the hub
+/// (`HF_ENDPOINT`, default https://huggingface.co; `HF_TOKEN` for gated models) into that
+/// cache, within 30 seconds.
+async fn resolve_tokenizer(spec: &str) -> Result<Tokenizer> {
+    let local = Tokenizer::resolve(spec);
+    let looks_like_id =
+        !spec.contains("..") && spec.split('/').count() == 2 && !Path::new(spec).exists();
+    let Err(local_err) = local else { return local.context("--tokenizer") };
+    if !looks_like_id {
+        return Err(local_err).context("--tokenizer");
+    }
+    let endpoint = std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".into());
+    let url = format!("{}/{spec}/resolve/main/tokenizer.json", endpoint.trim_end_matches('/'));
+    let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty());
+    eprintln!("tokenizer {spec} is not in the local cache: downloading {url}");
+    let bytes = quetta_openai::fetch::get(&url, token.as_deref(), Duration::from_secs(30), 64 << 20)
+        .await
+        .map_err(|e| anyhow::anyhow!("--tokenizer {spec}: not in the local Hugging Face cache, and downloading {url} failed ({e}); offline? give a tokenizer.json path"))?;
+    let cache = std::env::var_os("HF_HUB_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
+        })
+        .context("no cache directory (set HF_HOME)")?;
+    let (org, name) = spec.split_once('/').expect("checked");
+    let dir =
+        cache.join(format!("models--{org}--{name}")).join("snapshots").join("quetta-download");
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join("tokenizer.json");
+    fs::write(&file, &bytes).with_context(|| format!("cannot write {}", file.display()))?;
+    Tokenizer::from_file(&file)
+        .with_context(|| format!("--tokenizer {spec}: the downloaded file does not load"))
 }

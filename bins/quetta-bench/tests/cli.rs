@@ -272,6 +272,81 @@ fn profiles_are_listed_and_unknown_ones_are_errors() {
     assert!(text(&o).contains("unknown profile \"nope\""), "{}", text(&o));
     let o = run(&["run", "--trace", "/no/such/trace.jsonl"]);
     assert!(text(&o).contains("/no/such/trace.jsonl"), "{}", text(&o));
-    let o = run(&["run", "--tokenizer", "no-org/no-model"]);
-    assert!(text(&o).contains("no-org/no-model"), "{}", text(&o));
+    // an id that is neither cached nor downloadable (the hub is a closed local port)
+    let home = tmpdir("hf-offline");
+    let o = bin()
+        .args(["run", "--tokenizer", "no-org/no-model"])
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .env("HF_HOME", &home)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("no-org/no-model") && text(&o).contains("offline?"), "{}", text(&o));
+}
+
+#[test]
+fn tokenizer_id_is_downloaded_from_the_hub_into_the_cache() {
+    use std::io::{Read, Write};
+    // A fake hub on 127.0.0.1: /org/model/resolve/main/tokenizer.json redirects to /cdn/...,
+    // which serves the real GPT-2 tokenizer.json; it expects the HF_TOKEN as a bearer token.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tok = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/tokenizers/gpt2/tokenizer.json"
+    ))
+    .unwrap();
+    let server = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let path = req.split_whitespace().nth(1).unwrap_or("").to_owned();
+            if path == "/acme/tiny/resolve/main/tokenizer.json" {
+                assert!(req.to_lowercase().contains("authorization: bearer hf_canary"), "{req}");
+                let _ = s.write_all(
+                    b"HTTP/1.1 302 Found\r\nlocation: /cdn/tok.json\r\ncontent-length: 0\r\n\r\n",
+                );
+            } else {
+                let _ = s.write_all(
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", tok.len()).as_bytes(),
+                );
+                let _ = s.write_all(&tok);
+            }
+            seen.push(path);
+        }
+        seen
+    });
+    let home = tmpdir("hf-home");
+    let out = tmpdir("hf-run");
+    let o = bin()
+        .args([
+            "run",
+            "--tokenizer",
+            "acme/tiny",
+            "--num-requests",
+            "3",
+            "--input-len",
+            "40",
+            "--quiet",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .env("HF_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("HF_HOME", &home)
+        .env("HF_TOKEN", "hf_canary")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("hf_canary"), "the hub token leaked");
+    let seen = server.join().unwrap();
+    assert_eq!(seen, vec!["/acme/tiny/resolve/main/tokenizer.json", "/cdn/tok.json"]);
+    assert!(home.join("hub/models--acme--tiny/snapshots/quetta-download/tokenizer.json").is_file());
+    // exact prompt lengths: the simulator counts words, so check the plan instead
+    let s = summary(&out);
+    assert!(s["config"]["tokenizer"].as_str().unwrap().contains("models--acme--tiny"));
+    let _ = std::fs::remove_dir_all(&home);
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -185,6 +185,11 @@ pub struct ConnectionInfo {
     pub tls: Option<Duration>,
     /// HTTP/2 was used.
     pub http2: bool,
+    /// The first attempt went over a pooled connection the server had already closed
+    /// (it failed before any response byte) and the request was sent again on a new
+    /// connection; the time of both attempts is in the request's latency.
+    #[serde(default)]
+    pub retried_stale: bool,
 }
 
 /// A piece of generated output.

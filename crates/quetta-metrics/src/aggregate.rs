@@ -190,6 +190,12 @@ pub struct Aggregate {
     pub slos: Option<SloSet>,
     pub slo_met: Vec<u64>,
     pub slo_met_all: u64,
+    /// Sum and count of (server prompt tokens − planned prompt tokens), over completed
+    /// requests whose input count came from usage.
+    pub prompt_delta_sum: i64,
+    pub prompt_delta_count: u64,
+    /// Requests sent again after a stale pooled connection.
+    pub stale_connection_retries: u64,
 }
 
 impl Default for Aggregate {
@@ -231,6 +237,12 @@ pub struct MetricsSummary {
     /// Some requests were not streamed: their TTFT equals their E2E.
     pub ttft_equals_e2e_for_non_streamed: u64,
     pub new_connections: u64,
+    /// Requests sent a second time because their pooled connection had been closed by the
+    /// server before any response byte (the retry's connect time is in their latency).
+    pub stale_connection_retries: u64,
+    /// Mean of (server-counted prompt tokens − planned prompt tokens) per request: the chat
+    /// template and special tokens, or the error of an estimated plan. Null without usage.
+    pub prompt_tokens_over_plan: Option<f64>,
     pub ttft_ms: Stats,
     pub ttfo_ms: Stats,
     pub tpot_ms: Stats,
@@ -276,6 +288,9 @@ impl Aggregate {
             slos,
             slo_met: vec![0; n],
             slo_met_all: 0,
+            prompt_delta_sum: 0,
+            prompt_delta_count: 0,
+            stale_connection_retries: 0,
         }
     }
 
@@ -292,6 +307,9 @@ impl Aggregate {
             Some(self.window_end_ms.map_or(r.end_offset_ms, |w| w.max(r.end_offset_ms)));
         if r.connection_reused == Some(false) {
             self.new_connections += 1;
+        }
+        if r.stale_connection_retry {
+            self.stale_connection_retries += 1;
         }
         self.dist(Metric::Queue).add(r.queue_ms);
         self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
@@ -331,6 +349,10 @@ impl Aggregate {
                 sum += g;
             }
             self.dist(Metric::ItlRequestMean).add(sum / r.itl_ms.len() as f64);
+        }
+        if let (TokenSource::Usage, Some(n)) = (r.input_token_source, r.input_tokens) {
+            self.prompt_delta_sum += n as i64 - i64::from(r.planned_input_tokens);
+            self.prompt_delta_count += 1;
         }
         self.input_tokens += r.input_tokens.unwrap_or(0);
         self.output_tokens += r.output_tokens.unwrap_or(0);
@@ -373,6 +395,9 @@ impl Aggregate {
             *a += b;
         }
         self.slo_met_all += o.slo_met_all;
+        self.prompt_delta_sum += o.prompt_delta_sum;
+        self.prompt_delta_count += o.prompt_delta_count;
+        self.stale_connection_retries += o.stale_connection_retries;
     }
 
     /// The measured window in seconds.
@@ -437,6 +462,9 @@ impl Aggregate {
             input_token_source: source_label(&self.input_sources),
             ttft_equals_e2e_for_non_streamed: self.non_streamed,
             new_connections: self.new_connections,
+            stale_connection_retries: self.stale_connection_retries,
+            prompt_tokens_over_plan: (self.prompt_delta_count > 0)
+                .then(|| round3(self.prompt_delta_sum as f64 / self.prompt_delta_count as f64)),
             ttft_ms: s(Metric::Ttft),
             ttfo_ms: s(Metric::Ttfo),
             tpot_ms: s(Metric::Tpot),
@@ -474,6 +502,12 @@ struct Wire {
     slos: Option<SloSet>,
     slo_met: Vec<u64>,
     slo_met_all: u64,
+    #[serde(default)]
+    prompt_delta_sum: i64,
+    #[serde(default)]
+    prompt_delta_count: u64,
+    #[serde(default)]
+    stale_connection_retries: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -524,6 +558,9 @@ impl Serialize for Aggregate {
             slos: self.slos.clone(),
             slo_met: self.slo_met.clone(),
             slo_met_all: self.slo_met_all,
+            prompt_delta_sum: self.prompt_delta_sum,
+            prompt_delta_count: self.prompt_delta_count,
+            stale_connection_retries: self.stale_connection_retries,
         }
         .serialize(s)
     }
@@ -568,6 +605,9 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.new_connections = w.new_connections;
         agg.slo_met = w.slo_met;
         agg.slo_met_all = w.slo_met_all;
+        agg.prompt_delta_sum = w.prompt_delta_sum;
+        agg.prompt_delta_count = w.prompt_delta_count;
+        agg.stale_connection_retries = w.stale_connection_retries;
         Ok(agg)
     }
 }

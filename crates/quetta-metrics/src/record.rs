@@ -127,6 +127,9 @@ pub struct RequestRecord {
     pub connect_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ms: Option<f64>,
+    /// Sent again after a stale pooled connection (see docs/METRICS.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale_connection_retry: bool,
     /// `null` for a success; a stable label (docs/METRICS.md) for a failure.
     pub error_kind: Option<String>,
     pub error: Option<String>,
@@ -191,6 +194,7 @@ impl RequestRecord {
             connection_reused: conn.map(|c| c.reused),
             connect_ms: conn.and_then(|c| c.connect).map(ms),
             tls_ms: conn.and_then(|c| c.tls).map(ms),
+            stale_connection_retry: conn.is_some_and(|c| c.retried_stale),
             error_kind: o.error.as_ref().map(|e| e.kind().to_owned()),
             error: o.error.as_ref().map(ToString::to_string),
             text: o.text,

@@ -53,9 +53,16 @@ impl ConnMeta {
                 connect: Some(self.0.connect),
                 tls: self.0.tls,
                 http2: self.0.http2,
+                retried_stale: false,
             }
         } else {
-            ConnectionInfo { reused: true, connect: None, tls: None, http2: self.0.http2 }
+            ConnectionInfo {
+                reused: true,
+                connect: None,
+                tls: None,
+                http2: self.0.http2,
+                retried_stale: false,
+            }
         }
     }
 }

@@ -146,6 +146,13 @@ pub(crate) fn join_url(base: &str, path: &str) -> Result<Uri, BuildError> {
     Ok(uri)
 }
 
+/// A client with default settings (TLS verified unless `insecure`).
+pub(crate) fn build_client_for(insecure: bool) -> Result<HttpClient, BuildError> {
+    let mut cfg = OpenAiConfig::new("http://localhost", Api::Chat, "");
+    cfg.insecure = insecure;
+    build_client(&cfg)
+}
+
 fn build_client(cfg: &OpenAiConfig) -> Result<HttpClient, BuildError> {
     let tls = crate::tls::client_config(cfg.insecure, cfg.ca_cert.as_deref(), true)?;
     let connector = TimedConnector {
@@ -157,6 +164,9 @@ fn build_client(cfg: &OpenAiConfig) -> Result<HttpClient, BuildError> {
         .pool_idle_timeout(Duration::from_secs(90))
         .timer(TokioTimer::new());
     b.pool_timer(TokioTimer::new());
+    // hyper-util would resend some requests on a closed pooled connection silently; the
+    // adapter does it itself so every resend is marked in the request's record.
+    b.retry_canceled_requests(false);
     if cfg.http2 {
         b.http2_only(true);
     }
@@ -306,8 +316,13 @@ impl Engine for OpenAiEngine {
 
     fn send(&self, request: EngineRequest) -> EventStream {
         let built = self.build_request(&request);
+        // A copy for one resend if a pooled connection turns out to be closed (cheap: the
+        // body is reference-counted).
+        let spare = built.as_ref().ok().map(clone_request);
         Box::pin(ResponseStream {
             client: self.client.clone(),
+            spare,
+            retried_stale: false,
             state: match built {
                 Ok(r) => State::Start(r),
                 Err(e) => State::Failed(Some(e)),
@@ -353,6 +368,9 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 struct ResponseStream {
     client: HttpClient,
+    /// A copy of the request for one resend after a stale pooled connection.
+    spare: Option<Request<Full<Bytes>>>,
+    retried_stale: bool,
     state: State,
     timeouts: Timeouts,
     sleep: Option<Pin<Box<Sleep>>>,
@@ -374,7 +392,7 @@ struct ResponseStream {
     record_headers: Vec<String>,
 }
 
-fn connect_error(e: &hyper_util::client::legacy::Error) -> EngineError {
+pub(crate) fn connect_error(e: &hyper_util::client::legacy::Error) -> EngineError {
     let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     while let Some(s) = src {
         if let Some(ce) = s.downcast_ref::<ConnectError>() {
@@ -406,6 +424,15 @@ fn body_error(e: &hyper::Error, when: &str) -> EngineError {
         }
         EngineError::ConnectionClosed(format!("{msg} ({when})"))
     }
+}
+
+fn clone_request(r: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut c = Request::new(r.body().clone());
+    *c.method_mut() = r.method().clone();
+    *c.uri_mut() = r.uri().clone();
+    *c.headers_mut() = r.headers().clone();
+    *c.version_mut() = r.version();
+    c
 }
 
 fn header_matches(name: &str, wanted: &[String]) -> bool {
@@ -618,11 +645,13 @@ impl Stream for ResponseStream {
                     Poll::Ready(Ok(resp)) => {
                         let at = Instant::now();
                         let status = resp.status().as_u16();
-                        let connection = resp
+                        let mut connection = resp
                             .extensions()
                             .get::<ConnMeta>()
                             .map(ConnMeta::claim)
                             .unwrap_or_default();
+                        connection.retried_stale = this.retried_stale;
+                        this.spare = None;
                         let headers: Vec<(String, String)> = if this.record_headers.is_empty() {
                             Vec::new()
                         } else {
@@ -655,7 +684,18 @@ impl Stream for ResponseStream {
                     }
                     Poll::Ready(Err(e)) => {
                         let err = connect_error(&e);
-                        this.fail(Instant::now(), err);
+                        // A pooled connection the server closed as we reused it (llama.cpp
+                        // closes after every streamed response while advertising keep-alive):
+                        // nothing came back, so the server did not take the request. Send it
+                        // once more, on a new connection, as Go's net/http does.
+                        let stale = matches!(&err, EngineError::ConnectionClosed(m) if m.contains("before the response headers"));
+                        match (stale, this.spare.take()) {
+                            (true, Some(req)) => {
+                                this.retried_stale = true;
+                                this.state = State::Waiting(this.client.request(req));
+                            }
+                            _ => this.fail(Instant::now(), err),
+                        }
                     }
                     Poll::Pending => {
                         if !this.poll_timeout(cx) {

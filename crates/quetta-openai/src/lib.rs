@@ -9,6 +9,7 @@
 mod connect;
 pub mod decode;
 mod engine;
+pub mod fetch;
 pub mod sse;
 mod tls;
 

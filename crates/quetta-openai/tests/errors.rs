@@ -178,3 +178,58 @@ async fn token_ids_on_chat_is_a_request_error() {
     assert_eq!(events.len(), 1);
     assert!(matches!(&events[0].kind, EventKind::Error(EngineError::Request(_))));
 }
+
+/// A server that answers the first request on a connection and then, like llama.cpp,
+/// closes the connection, here only after reading the next request: the client's second
+/// request goes out on a pooled connection that dies before any response byte. It must be
+/// sent again on a new connection, and say so.
+#[tokio::test]
+async fn request_on_a_stale_pooled_connection_is_resent_once_and_marked() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        let resp = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+        let read_req = |s: &mut std::net::TcpStream| {
+            let mut buf = vec![0u8; 8192];
+            let mut got = Vec::new();
+            loop {
+                let n = s.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    return false;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&got[..p]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if got.len() >= p + 4 + len {
+                        return true;
+                    }
+                }
+            }
+        };
+        let (mut c1, _) = listener.accept().unwrap();
+        assert!(read_req(&mut c1));
+        c1.write_all(resp.as_bytes()).unwrap();
+        assert!(read_req(&mut c1), "the second request arrives on the pooled connection");
+        drop(c1); // hang up without answering
+        let (mut c2, _) = listener.accept().unwrap();
+        assert!(read_req(&mut c2));
+        c2.write_all(resp.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    });
+    let e = engine(&format!("http://{addr}"), Timeouts::default());
+    let first = collect(&e, EngineRequest::new(1, Prompt::Text("x".into()))).await;
+    assert!(matches!(first.last().unwrap().kind, EventKind::End { .. }), "{first:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = collect(&e, EngineRequest::new(2, Prompt::Text("x".into()))).await;
+    assert!(matches!(second.last().unwrap().kind, EventKind::End { .. }), "{second:?}");
+    let EventKind::Headers { connection, .. } = &second[0].kind else { panic!("{second:?}") };
+    assert!(connection.retried_stale, "the resend is marked");
+    assert!(!connection.reused && connection.connect.is_some(), "the resend used a new connection");
+    server.join().unwrap();
+}

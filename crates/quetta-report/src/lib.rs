@@ -202,6 +202,13 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             per.join(", ")
         );
     }
+    if m.stale_connection_retries > 0 {
+        let _ = writeln!(
+            s,
+            "retries    {} requests were resent after the server closed their pooled connection (see docs/METRICS.md)",
+            m.stale_connection_retries
+        );
+    }
     let _ = writeln!(
         s,
         "client     cpu {:.2} s user + {:.2} s system, peak RSS {} MiB",

@@ -129,3 +129,92 @@ pub fn find(name: &str) -> Result<Profile, WorkloadError> {
         ),
     })
 }
+
+/// A profile defined by a user in a TOML file (`--profile-file`): the built-in fields, plus
+/// where its prompts and times come from and how load is applied. Every field but `name` is
+/// optional; command-line flags override them.
+///
+/// ```toml
+/// [[profile]]
+/// name = "support-bot"
+/// description = "our support traffic"
+/// input_len = 900
+/// input_stddev = 300
+/// output_len = 250
+/// output_stddev = 80
+/// request_rate = 12.5        # or concurrency = 16
+/// arrival = "poisson"        # poisson | gamma | constant
+/// # dataset = "prompts.jsonl"; dataset_format = "jsonl"
+/// # trace = "log.csv"; trace_format = "csv"; trace_columns = "timestamp=t,input=in,output=out"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserProfile {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub input_len: Option<u32>,
+    pub input_stddev: Option<f64>,
+    pub output_len: Option<u32>,
+    pub output_stddev: Option<f64>,
+    pub request_rate: Option<f64>,
+    pub concurrency: Option<usize>,
+    pub arrival: Option<String>,
+    pub dataset: Option<String>,
+    pub dataset_format: Option<String>,
+    pub trace: Option<String>,
+    pub trace_format: Option<String>,
+    pub trace_columns: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    #[serde(default)]
+    profile: Vec<UserProfile>,
+}
+
+/// Read a profile file. Errors name the file, the line and the field.
+pub fn load_file(path: &Path) -> Result<Vec<UserProfile>, WorkloadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let f: ProfileFile = toml::from_str(&text).map_err(|e| {
+        let line =
+            e.span().map_or(1, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        WorkloadError::Parse {
+            path: path.display().to_string(),
+            line,
+            field: "(toml)".into(),
+            reason: e.message().to_owned(),
+        }
+    })?;
+    for (i, p) in f.profile.iter().enumerate() {
+        let bad = |field: &str, reason: &str| WorkloadError::Parse {
+            path: path.display().to_string(),
+            line: text
+                .match_indices("[[profile]]")
+                .nth(i)
+                .map_or(1, |(at, _)| text[..at].matches('\n').count() + 1),
+            field: field.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if p.name.trim().is_empty() {
+            return Err(bad("name", "must not be empty"));
+        }
+        if p.input_len == Some(0) || p.output_len == Some(0) {
+            return Err(bad("input_len/output_len", "must be at least 1"));
+        }
+        if p.request_rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return Err(bad("request_rate", "must be a positive number"));
+        }
+        if p.concurrency == Some(0) {
+            return Err(bad("concurrency", "must be at least 1"));
+        }
+        if p.request_rate.is_some() && p.concurrency.is_some() {
+            return Err(bad("request_rate", "give request_rate or concurrency, not both"));
+        }
+    }
+    Ok(f.profile)
+}

@@ -355,3 +355,184 @@ impl TraceWorkload {
         }
     }
 }
+
+/// Unit of a numeric timestamp column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeUnit {
+    Seconds,
+    Milliseconds,
+}
+
+/// Which columns (CSV) or fields (JSONL) hold a trace's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMap {
+    pub timestamp: String,
+    pub input: String,
+    pub output: String,
+    /// For numeric timestamps; date-time strings are read as such.
+    pub unit: TimeUnit,
+}
+
+impl ColumnMap {
+    /// BurstGPT's columns: `Timestamp` (seconds), `Request tokens`, `Response tokens`.
+    pub fn burstgpt() -> Self {
+        Self {
+            timestamp: "Timestamp".into(),
+            input: "Request tokens".into(),
+            output: "Response tokens".into(),
+            unit: TimeUnit::Seconds,
+        }
+    }
+
+    /// Parse `timestamp=COL,input=COL,output=COL[,unit=s|ms]`.
+    pub fn parse(s: &str) -> Result<Self, WorkloadError> {
+        let mut m = Self::burstgpt();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = |reason: &str| WorkloadError::Invalid {
+                name: "column mapping",
+                reason: format!("{part:?}: {reason}"),
+            };
+            let (k, v) = part.split_once('=').ok_or_else(|| bad("expected KEY=COLUMN"))?;
+            match k.trim() {
+                "timestamp" => v.trim().clone_into(&mut m.timestamp),
+                "input" => v.trim().clone_into(&mut m.input),
+                "output" => v.trim().clone_into(&mut m.output),
+                "unit" => {
+                    m.unit = match v.trim() {
+                        "s" => TimeUnit::Seconds,
+                        "ms" => TimeUnit::Milliseconds,
+                        _ => return Err(bad("unit must be s or ms")),
+                    }
+                }
+                _ => return Err(bad("keys are timestamp, input, output and unit")),
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// A timestamp cell: a number in `unit`, or a date-time; nanoseconds.
+fn cell_time(s: &str, unit: TimeUnit) -> Option<i128> {
+    if let Ok(v) = s.trim().parse::<f64>() {
+        if !(v.is_finite() && v >= 0.0) {
+            return None;
+        }
+        let ns = match unit {
+            TimeUnit::Seconds => v * 1e9,
+            TimeUnit::Milliseconds => v * 1e6,
+        };
+        return Some(ns.round() as i128);
+    }
+    parse_timestamp(s)
+}
+
+fn push_row(
+    out: &mut Vec<TraceRequest>,
+    first: &mut Option<i128>,
+    last: &mut i128,
+    path: &Path,
+    line: usize,
+    map: &ColumnMap,
+    cell: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), WorkloadError> {
+    let get = |name: &str| cell(name).ok_or_else(|| parse_err(path, line, name, "missing"));
+    let ts_s = get(&map.timestamp)?;
+    let ts = cell_time(&ts_s, map.unit).ok_or_else(|| {
+        parse_err(path, line, &map.timestamp, format!("{ts_s:?} is not a timestamp"))
+    })?;
+    if ts < *last {
+        return Err(parse_err(path, line, &map.timestamp, "decreases"));
+    }
+    *last = ts;
+    let t0 = *first.get_or_insert(ts);
+    let num = |name: &str| -> Result<u32, WorkloadError> {
+        let s = get(name)?;
+        let s = s.trim().trim_end_matches(".0");
+        s.parse::<u32>().map_err(|_| {
+            parse_err(
+                path,
+                line,
+                name,
+                if s.starts_with('-') {
+                    format!("negative value {s}")
+                } else {
+                    format!("{s:?} is not a whole number")
+                },
+            )
+        })
+    };
+    out.push(TraceRequest {
+        line,
+        timestamp: Duration::from_nanos(u64::try_from(ts - t0).unwrap_or(0)),
+        input_len: num(&map.input)?,
+        output_len: num(&map.output)?,
+        hash_ids: Vec::new(),
+    });
+    Ok(())
+}
+
+/// A CSV trace (header row; plain comma-separated cells, CRLF or LF) read through `map`.
+pub fn load_csv(path: &Path, map: &ColumnMap) -> Result<Vec<TraceRequest>, WorkloadError> {
+    let text = read(path)?;
+    let mut lines = text.lines().enumerate();
+    let (_, header) = lines.next().ok_or_else(|| parse_err(path, 1, "(header)", "empty file"))?;
+    let cols: Vec<String> = header
+        .trim_end_matches('\r')
+        .split(',')
+        .map(|c| c.trim().trim_matches('"').to_owned())
+        .collect();
+    for name in [&map.timestamp, &map.input, &map.output] {
+        if !cols.iter().any(|c| c == name) {
+            return Err(parse_err(
+                path,
+                1,
+                name,
+                format!("column missing (header has: {})", cols.join(", ")),
+            ));
+        }
+    }
+    let (mut out, mut first, mut last) = (Vec::new(), None, i128::MIN);
+    for (i, l) in lines {
+        let l = l.trim_end_matches('\r');
+        if l.trim().is_empty() {
+            continue;
+        }
+        let cells: Vec<&str> = l.split(',').collect();
+        let cell = |name: &str| {
+            cols.iter()
+                .position(|c| c == name)
+                .and_then(|k| cells.get(k))
+                .map(|s| s.trim().trim_matches('"').to_owned())
+        };
+        push_row(&mut out, &mut first, &mut last, path, i + 1, map, &cell)?;
+    }
+    if out.is_empty() {
+        return Err(parse_err(path, 2, "(file)", "no rows"));
+    }
+    Ok(out)
+}
+
+/// A JSONL trace read through `map` (field names).
+pub fn load_jsonl_trace(path: &Path, map: &ColumnMap) -> Result<Vec<TraceRequest>, WorkloadError> {
+    let text = read(path)?;
+    let (mut out, mut first, mut last) = (Vec::new(), None, i128::MIN);
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(l).map_err(|e| parse_err(path, i + 1, "(json)", e.to_string()))?;
+        let cell = |name: &str| {
+            v.get(name).and_then(|x| match x {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+        };
+        push_row(&mut out, &mut first, &mut last, path, i + 1, map, &cell)?;
+    }
+    if out.is_empty() {
+        return Err(parse_err(path, 1, "(file)", "no rows"));
+    }
+    Ok(out)
+}

@@ -279,3 +279,65 @@ fn distribution_fitted_to_azure_reproduces_its_lengths() {
         d.inter_arrival_s.mean
     );
 }
+
+#[test]
+fn generic_csv_and_jsonl_traces_with_a_column_mapping() {
+    use quetta_workload::trace::{load_csv, load_jsonl_trace, ColumnMap};
+    let dir = std::env::temp_dir().join(format!("quetta-map-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // BurstGPT's documented schema
+    let csv = dir.join("burst.csv");
+    std::fs::write(&csv, "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n5.5,GPT-4,1087,230,1317,API log\n45,ChatGPT,300,40,340,Conversation log\n").unwrap();
+    let r = load_csv(&csv, &ColumnMap::burstgpt()).unwrap();
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[1].timestamp.as_millis(), 500);
+    assert_eq!(r[2].timestamp.as_secs(), 40);
+    assert_eq!((r[1].input_len, r[1].output_len), (1087, 230));
+    // users' own JSONL logs
+    let jl = dir.join("log.jsonl");
+    std::fs::write(
+        &jl,
+        "{\"t\": 1000, \"in\": 10, \"out\": 5}\n{\"t\": 1250, \"in\": 20, \"out\": 7}\n",
+    )
+    .unwrap();
+    let m = ColumnMap::parse("timestamp=t,input=in,output=out,unit=ms").unwrap();
+    let r = load_jsonl_trace(&jl, &m).unwrap();
+    assert_eq!(r[1].timestamp.as_millis(), 250);
+    std::fs::write(&jl, "{\"t\": 1000, \"in\": 10, \"out\": 5}\n{\"t\": 1250, \"out\": 7}\n")
+        .unwrap();
+    let e = load_jsonl_trace(&jl, &m).unwrap_err().to_string();
+    assert!(e.contains("log.jsonl:2: field in: missing"), "{e}");
+    let e =
+        load_csv(&csv, &ColumnMap::parse("input=Prompt tokens").unwrap()).unwrap_err().to_string();
+    assert!(e.contains("burst.csv:1: field Prompt tokens: column missing"), "{e}");
+    assert!(ColumnMap::parse("colour=red").is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn profile_files_load_and_bad_ones_name_the_line() {
+    use quetta_workload::profiles::load_file;
+    let dir = std::env::temp_dir().join(format!("quetta-prof-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("p.toml");
+    std::fs::write(
+        &f,
+        "[[profile]]\nname = \"mine\"\ninput_len = 900\noutput_len = 250\nrequest_rate = 12.5\n",
+    )
+    .unwrap();
+    let p = load_file(&f).unwrap();
+    assert_eq!(
+        (p[0].name.as_str(), p[0].input_len, p[0].request_rate),
+        ("mine", Some(900), Some(12.5))
+    );
+    std::fs::write(&f, "[[profile]]\nname = \"a\"\n\n[[profile]]\nname = \"b\"\ninput_len = -4\n")
+        .unwrap();
+    let e = load_file(&f).unwrap_err().to_string();
+    assert!(e.contains("p.toml:6"), "{e}");
+    std::fs::write(&f, "[[profile]]\nname = \"a\"\ncolour = 1\n").unwrap();
+    let e = load_file(&f).unwrap_err().to_string();
+    assert!(e.contains("p.toml:3") && e.contains("colour"), "{e}");
+    std::fs::write(&f, "[[profile]]\nname = \"a\"\nconcurrency = 0\n").unwrap();
+    assert!(load_file(&f).unwrap_err().to_string().contains("concurrency"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
