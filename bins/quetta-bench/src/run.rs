@@ -277,6 +277,9 @@ pub struct RunArgs {
     /// Embedded simulator: inter-token latency in ms.
     #[arg(long, default_value_t = 5.0)]
     sim_itl_ms: f64,
+    /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
+    #[arg(long = "sim-fault")]
+    sim_faults: Vec<quetta_sim::faults::FaultRule>,
     /// Runtime worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
@@ -456,6 +459,7 @@ async fn run(
                 itl: Duration::from_secs_f64(a.sim_itl_ms.max(0.0) / 1e3),
                 keep_records: false,
                 worker_threads: 1,
+                faults: a.sim_faults.clone(),
                 ..SimConfig::default()
             };
             let sim = Simulator::start(cfg).context("starting the embedded simulator")?;

@@ -53,6 +53,12 @@ struct Args {
     /// Worker threads of the simulator's runtime.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Inject a fault (repeatable; the first matching rule applies): KIND, KIND@N (every Nth
+    /// request) or KIND:P (probability P). Kinds: http429, http500, http503,
+    /// reset-before-headers, reset-after-headers, reset-mid-stream, stall=SECONDS, slow-drip,
+    /// bad-json, invalid-utf8, huge-event, no-done, no-usage, error-event.
+    #[arg(long = "fault")]
+    faults: Vec<quetta_sim::faults::FaultRule>,
 }
 
 fn ms(v: f64, flag: &str) -> Result<Duration> {
@@ -102,6 +108,7 @@ fn main() -> Result<()> {
         record: a.record,
         keep_records: false,
         worker_threads: a.threads,
+        faults: a.faults,
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
     println!("quetta-sim listening on {} (Ctrl-C to stop)", sim.base_url());

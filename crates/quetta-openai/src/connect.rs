@@ -44,6 +44,11 @@ struct MetaInner {
 pub(crate) struct ConnMeta(Arc<MetaInner>);
 
 impl ConnMeta {
+    /// Whether the connection has already served a request.
+    pub(crate) fn served_before(&self) -> bool {
+        self.0.uses.load(Ordering::Relaxed) > 0
+    }
+
     /// Count one more request on this connection and describe it for that request.
     pub(crate) fn claim(&self) -> ConnectionInfo {
         let n = self.0.uses.fetch_add(1, Ordering::Relaxed);

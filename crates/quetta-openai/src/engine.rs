@@ -688,7 +688,15 @@ impl Stream for ResponseStream {
                         // closes after every streamed response while advertising keep-alive):
                         // nothing came back, so the server did not take the request. Send it
                         // once more, on a new connection, as Go's net/http does.
-                        let stale = matches!(&err, EngineError::ConnectionClosed(m) if m.contains("before the response headers"));
+                        // Only a connection that had served a request before is ambiguous; a
+                        // new connection closed on us is the server's error.
+                        let reused = e.connect_info().is_some_and(|c| {
+                            let mut x = http::Extensions::new();
+                            c.get_extras(&mut x);
+                            x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
+                        });
+                        let stale = reused
+                            && matches!(&err, EngineError::ConnectionClosed(m) if m.contains("before the response headers"));
                         match (stale, this.spare.take()) {
                             (true, Some(req)) => {
                                 this.retried_stale = true;

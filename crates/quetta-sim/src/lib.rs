@@ -15,6 +15,7 @@
 //! The simulator runs on its own thread and tokio runtime, so it does not share a
 //! scheduler with the client under test: [`Simulator::start`].
 
+pub mod faults;
 mod metrics;
 mod server;
 
@@ -69,6 +70,8 @@ pub struct SimConfig {
     pub keep_records: bool,
     /// Runtime worker threads of the simulator (its own runtime).
     pub worker_threads: usize,
+    /// Faults to inject; the first rule that matches a request applies.
+    pub faults: Vec<faults::FaultRule>,
 }
 
 impl Default for SimConfig {
@@ -87,6 +90,7 @@ impl Default for SimConfig {
             record: None,
             keep_records: true,
             worker_threads: 1,
+            faults: Vec::new(),
         }
     }
 }

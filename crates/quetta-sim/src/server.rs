@@ -1,6 +1,5 @@
 //! The HTTP side of the simulator.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::time::Sleep;
 
+use crate::faults::Fault;
 use crate::{OutputLen, Rng, Shared, SimRecord, WORDS};
 
 type Body = Either<Full<Bytes>, SimStream>;
@@ -58,22 +58,22 @@ fn json_error(status: StatusCode, msg: &str) -> Response<Body> {
     full(status, "application/json", v.to_string())
 }
 
-async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body>, std::io::Error> {
     let arrival = Instant::now();
     let path = req.uri().path().to_owned();
-    Ok(match (req.method().clone(), path.as_str()) {
-        (Method::GET, "/health") => full(StatusCode::OK, "text/plain", "ok"),
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/health") => Ok(full(StatusCode::OK, "text/plain", "ok")),
         (Method::GET, "/v1/models") => {
             let v = json!({"object": "list", "data": [{"id": sh.cfg.model, "object": "model", "created": 0, "owned_by": "quetta-sim"}]});
-            full(StatusCode::OK, "application/json", v.to_string())
+            Ok(full(StatusCode::OK, "application/json", v.to_string()))
         }
         (Method::GET, "/metrics") => {
-            full(StatusCode::OK, "text/plain; version=0.0.4", sh.metrics.render(&sh.cfg.model))
+            Ok(full(StatusCode::OK, "text/plain; version=0.0.4", sh.metrics.render(&sh.cfg.model)))
         }
         (Method::POST, "/v1/chat/completions") => generate(req, sh, arrival, true).await,
         (Method::POST, "/v1/completions") => generate(req, sh, arrival, false).await,
-        _ => json_error(StatusCode::NOT_FOUND, &format!("no route for {path}")),
-    })
+        _ => Ok(json_error(StatusCode::NOT_FOUND, &format!("no route for {path}"))),
+    }
 }
 
 /// Count prompt tokens the simulator's way: words of text, or the length of token ids.
@@ -154,7 +154,7 @@ async fn generate(
     sh: Arc<Shared>,
     arrival: Instant,
     chat: bool,
-) -> Response<Body> {
+) -> Result<Response<Body>, std::io::Error> {
     let seq = sh.seq.fetch_add(1, Ordering::Relaxed);
     sh.metrics.on_start();
     let request_id = header_str(&req, "x-quetta-request-id").and_then(|s| s.parse().ok());
@@ -185,7 +185,7 @@ async fn generate(
             rec.end = Instant::now();
             rec.session_id = session_id;
             sh.finish(rec);
-            return json_error(StatusCode::BAD_REQUEST, "cannot read request body");
+            return Ok(json_error(StatusCode::BAD_REQUEST, "cannot read request body"));
         }
     };
     let parsed: Option<Value> = serde_json::from_slice(&body).ok().filter(Value::is_object);
@@ -196,7 +196,7 @@ async fn generate(
             rec.end = Instant::now();
             rec.session_id = session_id;
             sh.finish(rec);
-            return json_error(StatusCode::BAD_REQUEST, "request body must be a JSON object");
+            return Ok(json_error(StatusCode::BAD_REQUEST, "request body must be a JSON object"));
         }
     };
     if session_id.is_none() {
@@ -208,6 +208,28 @@ async fn generate(
         v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     rec.stream = stream;
     rec.prompt_tokens = count_prompt(&v);
+    let fault = crate::faults::pick(&sh.cfg.faults, sh.cfg.seed, seq);
+    match fault {
+        Some(Fault::Status(code)) => {
+            rec.status = code;
+            rec.error = Some(format!("fault: HTTP {code}"));
+            rec.end = Instant::now();
+            sh.finish(rec);
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut r = json_error(status, &format!("simulated HTTP {code}"));
+            if code == 429 {
+                r.headers_mut().insert(http::header::RETRY_AFTER, "1".parse().expect("static"));
+            }
+            return Ok(r);
+        }
+        Some(Fault::ResetBeforeHeaders) => {
+            rec.error = Some("fault: reset before headers".into());
+            rec.end = Instant::now();
+            sh.finish(rec);
+            return Err(std::io::Error::other("simulated fault: reset before headers"));
+        }
+        _ => {}
+    }
     let plan = plan(&sh, &v, seq, rec.prompt_tokens, arrival);
     let model_json =
         serde_json::to_string(v.get("model").and_then(Value::as_str).unwrap_or(&sh.cfg.model))
@@ -228,6 +250,11 @@ async fn generate(
         rec: Some(rec),
         stream,
         prefix: String::new(),
+        fault,
+        fault_fired: false,
+        stall_until: None,
+        drip: Bytes::new(),
+        drip_at: arrival,
     };
     st.prefix = if chat {
         format!(
@@ -274,7 +301,7 @@ async fn generate(
         rec.completion_tokens = u64::from(st.n_tokens);
         rec.text = text;
         sh.finish(rec);
-        return full(StatusCode::OK, "application/json", body.to_string());
+        return Ok(full(StatusCode::OK, "application/json", body.to_string()));
     }
     let mut r = Response::new(Either::Right(st));
     r.headers_mut()
@@ -285,7 +312,7 @@ async fn generate(
             rec.headers_sent = Instant::now();
         }
     }
-    r
+    Ok(r)
 }
 
 /// The streamed body of one response.
@@ -306,6 +333,11 @@ pub(crate) struct SimStream {
     stream: bool,
     /// The JSON of a chunk up to the generated text.
     prefix: String,
+    fault: Option<Fault>,
+    fault_fired: bool,
+    stall_until: Option<Instant>,
+    drip: Bytes,
+    drip_at: Instant,
 }
 
 impl SimStream {
@@ -358,15 +390,139 @@ impl SimStream {
 
 impl http_body::Body for SimStream {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = self.get_mut();
+        // Slow drip: every frame leaves one byte at a time, 1 ms apart.
+        if !this.drip.is_empty() {
+            if !this.wait_until(Instant::now().max(this.drip_at), cx) {
+                return Poll::Pending;
+            }
+            let b = this.drip.split_to(1);
+            this.drip_at = Instant::now() + Duration::from_millis(1);
+            return Poll::Ready(Some(Ok(Frame::data(b))));
+        }
+        match this.next_frame(cx) {
+            Poll::Ready(Some(Ok(bytes)))
+                if this.fault == Some(Fault::SlowDrip) && bytes.len() > 1 =>
+            {
+                let mut bytes = bytes;
+                this.drip = bytes.split_off(1);
+                this.drip_at = Instant::now() + Duration::from_millis(1);
+                Poll::Ready(Some(Ok(Frame::data(bytes))))
+            }
+            Poll::Ready(Some(Ok(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rec.is_none() && self.drip.is_empty()
+    }
+}
+
+impl SimStream {
+    /// Sleep until `at`; true once it has passed.
+    fn wait_until(&mut self, at: Instant, cx: &mut Context<'_>) -> bool {
+        if Instant::now() >= at {
+            return true;
+        }
+        match self.sleep.as_mut() {
+            Some(s) => s.as_mut().reset(at.into()),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at.into()))),
+        }
+        self.sleep.as_mut().is_some_and(|s| s.as_mut().poll(cx).is_ready())
+    }
+
+    /// End the record with a fault and fail the body (hyper then drops the connection).
+    fn abort(&mut self, what: &str) -> Poll<Option<Result<Bytes, std::io::Error>>> {
+        self.end_with_error(what);
+        Poll::Ready(Some(Err(std::io::Error::other(format!("simulated fault: {what}")))))
+    }
+
+    fn end_with_error(&mut self, what: &str) {
+        if let Some(mut rec) = self.rec.take() {
+            rec.completion_tokens = u64::from(self.sent_tokens);
+            rec.end = Instant::now();
+            rec.error = Some(format!("fault: {what}"));
+            self.sh.finish(rec);
+        }
+    }
+
+    /// A fault that fires halfway through the stream, once.
+    fn midstream_fault(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<Option<Result<Bytes, std::io::Error>>>> {
+        let mid = (self.n_tokens / 2).max(1);
+        if self.sent_tokens != mid || self.fault_fired {
+            return None;
+        }
+        let fault = self.fault?;
+        let bad = |this: &mut Self, bytes: Vec<u8>, what: &str| {
+            this.fault_fired = true;
+            this.end_with_error(what);
+            Some(Poll::Ready(Some(Ok(Bytes::from(bytes)))))
+        };
+        match fault {
+            Fault::ResetMidStream => {
+                // When the next chunk is due, so the chunks before it have left the buffer.
+                if self.wait_until(self.next_at, cx) {
+                    Some(self.abort("reset mid-stream"))
+                } else {
+                    Some(Poll::Pending)
+                }
+            }
+            Fault::Stall(t) => {
+                if self.stall_until.is_none() {
+                    self.stall_until = Some(Instant::now() + t);
+                }
+                if self.wait_until(self.stall_until.unwrap_or_else(Instant::now), cx) {
+                    self.fault_fired = true;
+                    self.next_at = Instant::now();
+                    None
+                } else {
+                    Some(Poll::Pending)
+                }
+            }
+            Fault::BadJson => bad(self, b"data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n".to_vec(), "bad JSON"),
+            Fault::InvalidUtf8 => {
+                let mut v = self.prefix.clone().into_bytes();
+                v.extend_from_slice(b"\xff\xfe\xfd");
+                v.extend_from_slice(b"\"},\"finish_reason\":null}]}\n\n");
+                bad(self, v, "invalid UTF-8")
+            }
+            Fault::HugeEvent => {
+                let mut v = self.prefix.clone().into_bytes();
+                v.extend(std::iter::repeat_n(b'x', 1_536 * 1024));
+                v.extend_from_slice(b"\"},\"finish_reason\":null}]}\n\n");
+                bad(self, v, "event over 1 MiB")
+            }
+            Fault::ErrorEvent => bad(
+                self,
+                b"data: {\"error\": {\"message\": \"simulated engine failure\", \"type\": \"InternalServerError\", \"code\": 500}}\n\ndata: [DONE]\n\n".to_vec(),
+                "error event",
+            ),
+            _ => None,
+        }
+    }
+
+    fn next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, std::io::Error>>> {
+        let this = self;
         if this.rec.is_none() {
             return Poll::Ready(None);
+        }
+        if this.fault == Some(Fault::ResetAfterHeaders) {
+            return this.abort("reset after headers");
+        }
+        if let Some(p) = this.midstream_fault(cx) {
+            return p;
         }
         if this.sent_tokens < this.n_tokens {
             if Instant::now() < this.next_at {
@@ -397,7 +553,8 @@ impl http_body::Body for SimStream {
                     this.id, this.created, this.model_json
                 );
             }
-            this.chunk_event(&mut frame, &text, last.then_some("length"));
+            let finish = (last && this.fault != Some(Fault::NoDone)).then_some("length");
+            this.chunk_event(&mut frame, &text, finish);
             this.sent_tokens += k;
             let gap = this.gap();
             let stamp = Instant::now();
@@ -410,10 +567,15 @@ impl http_body::Body for SimStream {
                 r.chunks.push(stamp);
                 r.chunk_tokens.push(k);
             }
-            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(frame)))));
+            return Poll::Ready(Some(Ok(Bytes::from(frame))));
+        }
+        if this.fault == Some(Fault::NoDone) {
+            // The stream just stops: no finish_reason, no usage, no [DONE].
+            this.end_with_error("no [DONE]");
+            return Poll::Ready(None);
         }
         let mut frame = String::new();
-        if this.include_usage {
+        if this.include_usage && this.fault != Some(Fault::NoUsage) {
             let p = this.prompt_tokens();
             let n = u64::from(this.n_tokens);
             let _ = write!(
@@ -432,11 +594,7 @@ impl http_body::Body for SimStream {
             rec.end = Instant::now();
             this.sh.finish(rec);
         }
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from(frame)))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.rec.is_none()
+        Poll::Ready(Some(Ok(Bytes::from(frame))))
     }
 }
 
