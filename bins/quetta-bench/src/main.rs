@@ -1,5 +1,6 @@
 //! `quetta-bench`: a thin command line over Quetta's libraries.
 
+mod report;
 mod run;
 mod sysinfo;
 
@@ -24,6 +25,11 @@ enum Command {
         /// Also list the profiles of this TOML file.
         #[arg(long)]
         profile_file: Option<std::path::PathBuf>,
+    },
+    /// Show a run's summary; rebuild it from requests.jsonl if the run died without one.
+    Report {
+        /// The run's output directory.
+        dir: std::path::PathBuf,
     },
     /// Workload tools.
     #[command(subcommand)]
@@ -54,6 +60,7 @@ fn main() -> ExitCode {
         Command::Workload(WorkloadCmd::Fit { trace, trace_format, trace_columns, output }) => {
             run::fit(&trace, trace_format, &trace_columns, &output)
         }
+        Command::Report { dir } => report::main(&dir),
         Command::Profiles { profile_file } => {
             println!(
                 "{:<24}{:>8}{:>8}  {:<48}{:<44}mode",

@@ -333,14 +333,17 @@ fn default_output_dir() -> PathBuf {
 }
 
 fn prepare_output_dir(dir: &Path, overwrite: bool) -> Result<()> {
-    if dir.join("summary.json").exists() || dir.join("requests.jsonl").exists() {
+    if dir.join("summary.json").exists()
+        || dir.join("requests.jsonl").exists()
+        || dir.join("run.json").exists()
+    {
         if !overwrite {
             bail!(
                 "output directory {} already holds a run (summary.json or requests.jsonl); choose another --output-dir or pass --overwrite",
                 dir.display()
             );
         }
-        for f in ["summary.json", "requests.jsonl"] {
+        for f in ["summary.json", "requests.jsonl", "run.json"] {
             let _ = fs::remove_file(dir.join(f));
         }
     }
@@ -718,6 +721,30 @@ async fn run(
     };
     let config_json = serde_json::to_value(&recorded)?;
 
+    // run.json first: if the process dies, `quetta-bench report` rebuilds the summary from
+    // it and the records on disk.
+    let target = Target {
+        backend: backend.clone(),
+        base_url: base_url.clone(),
+        endpoint: match a.endpoint {
+            Endpoint::Chat => "chat".into(),
+            Endpoint::Completions => "completions".into(),
+        },
+        model: model.clone(),
+        embedded_simulator: a.base_url.is_none(),
+    };
+    let run_json = serde_json::json!({
+        "schema_version": SCHEMA_VERSION,
+        "tool": "quetta-bench",
+        "tool_version": env!("CARGO_PKG_VERSION"),
+        "started_at": rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())),
+        "config": config_json.clone(),
+        "target": target,
+        "slo": slos.as_ref().map(ToString::to_string),
+        "percentiles": a.percentiles,
+    });
+    fs::write(out_dir.join("run.json"), serde_json::to_string_pretty(&run_json)? + "\n")
+        .with_context(|| format!("cannot write {}", out_dir.join("run.json").display()))?;
     let jsonl_path = out_dir.join("requests.jsonl");
     let file = fs::File::create(&jsonl_path)
         .with_context(|| format!("cannot create {}", jsonl_path.display()))?;

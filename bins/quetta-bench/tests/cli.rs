@@ -350,3 +350,112 @@ fn tokenizer_id_is_downloaded_from_the_hub_into_the_cache() {
     let _ = std::fs::remove_dir_all(&home);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn killed_run_is_rebuilt_by_report_from_every_written_record() {
+    let d = tmpdir("kill9");
+    let mut child = bin()
+        .args([
+            "run",
+            "--duration",
+            "60s",
+            "--concurrency",
+            "4",
+            "--output-len",
+            "16",
+            "--quiet",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let jsonl = d.join("requests.jsonl");
+    let t0 = std::time::Instant::now();
+    loop {
+        let n = std::fs::read_to_string(&jsonl).map_or(0, |t| t.lines().count());
+        if n >= 20 {
+            break;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "records must reach the disk while the run goes on ({n} so far)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to write a summary
+    child.wait().unwrap();
+    assert!(!d.join("summary.json").exists());
+    let written = std::fs::read_to_string(&jsonl).unwrap();
+    let complete = written.split_inclusive('\n').filter(|l| l.ends_with('\n')).count() as u64;
+    let o = run(&["report", d.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("PARTIAL"), "{}", text(&o));
+    let s = summary(&d);
+    assert!(schema().is_valid(&s), "rebuilt summary follows the schema");
+    assert_eq!(s["partial"], true);
+    assert_eq!(
+        s["completed"].as_u64().unwrap() + s["failed"].as_u64().unwrap(),
+        complete,
+        "every fully written record counts"
+    );
+    assert_eq!(s["config"]["duration_s"], 60.0);
+    // a torn last line (a write cut short) is detected, reported and left out
+    std::fs::remove_file(d.join("summary.json")).unwrap();
+    let mut torn = written.clone();
+    if !torn.ends_with('\n') {
+        torn = torn[..torn.rfind('\n').map_or(0, |i| i + 1)].to_owned();
+    }
+    torn.push_str("{\"id\": 99999, \"intended_offs");
+    std::fs::write(&jsonl, torn).unwrap();
+    let o = run(&["report", d.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(text(&o).contains("cut off mid-write"), "{}", text(&o));
+    let s = summary(&d);
+    assert_eq!(s["completed"].as_u64().unwrap() + s["failed"].as_u64().unwrap(), complete);
+    // a finished run's report just shows it
+    let o = run(&["report", d.to_str().unwrap()]);
+    assert!(text(&o).contains("Quetta results"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn ctrl_c_stops_sending_drains_and_writes_a_partial_summary() {
+    let d = tmpdir("sigint");
+    let child = bin()
+        .args([
+            "run",
+            "--duration",
+            "60s",
+            "--concurrency",
+            "4",
+            "--output-len",
+            "16",
+            "--quiet",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let jsonl = d.join("requests.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&jsonl).map_or(0, |t| t.lines().count()) < 10 {
+        assert!(t0.elapsed().as_secs() < 30);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("interrupted") && text(&o).contains("PARTIAL"), "{}", text(&o));
+    assert!(t0.elapsed().as_secs() < 30, "the run ended at Ctrl-C, not after its 60 s");
+    let s = summary(&d);
+    assert_eq!(s["partial"], true);
+    let lines = std::fs::read_to_string(&jsonl).unwrap().lines().count() as u64;
+    assert_eq!(s["completed"].as_u64().unwrap() + s["failed"].as_u64().unwrap(), lines);
+    assert_eq!(s["dispatched"].as_u64().unwrap(), lines);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -240,6 +240,8 @@ pub enum RebuildError {
 pub struct Rebuilt {
     pub aggregate: Aggregate,
     pub records: u64,
+    /// Records of requests that reached the server.
+    pub records_sent: u64,
     /// The last line was cut off mid-write (a crash); it was left out.
     pub torn_last_line: bool,
 }
@@ -252,6 +254,7 @@ pub fn rebuild(path: &Path, slos: Option<SloSet>) -> Result<Rebuilt, RebuildErro
         std::fs::File::open(path).map_err(|source| RebuildError::Io { path: p.clone(), source })?;
     let mut agg = Aggregate::new(slos);
     let mut n = 0;
+    let mut sent = 0;
     let mut torn = false;
     let lines: Vec<_> = std::io::BufReader::new(f)
         .split(b'\n')
@@ -266,6 +269,7 @@ pub fn rebuild(path: &Path, slos: Option<SloSet>) -> Result<Rebuilt, RebuildErro
             Ok(r) => {
                 agg.add(&r);
                 n += 1;
+                sent += u64::from(r.sent_offset_ms.is_some());
             }
             Err(e) if i + 1 == last => {
                 // The file does not end with '\n' after this line: a write cut short.
@@ -277,7 +281,7 @@ pub fn rebuild(path: &Path, slos: Option<SloSet>) -> Result<Rebuilt, RebuildErro
             }
         }
     }
-    Ok(Rebuilt { aggregate: agg, records: n, torn_last_line: torn })
+    Ok(Rebuilt { aggregate: agg, records: n, records_sent: sent, torn_last_line: torn })
 }
 
 /// UTC RFC 3339 time (seconds) for a Unix timestamp, without a date crate.
