@@ -54,6 +54,21 @@ enum WorkloadCmd {
 }
 
 fn main() -> ExitCode {
+    // `quetta-bench ... | head` closes stdout early: end quietly, as a shell tool would
+    // (141 = 128 + SIGPIPE), instead of printing a panic.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::main(*args),

@@ -283,6 +283,9 @@ pub struct RunArgs {
     /// Runtime worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
+    /// Print the planned schedule (counts, rates, lengths) and exit without sending anything.
+    #[arg(long)]
+    dry_run: bool,
     /// No progress line.
     #[arg(long, short)]
     quiet: bool,
@@ -432,7 +435,9 @@ pub fn main(mut a: RunArgs) -> Result<ExitCode> {
         }
     }
     let out_dir = a.output_dir.clone().unwrap_or_else(default_output_dir);
-    prepare_output_dir(&out_dir, a.overwrite)?;
+    if !a.dry_run {
+        prepare_output_dir(&out_dir, a.overwrite)?;
+    }
 
     let threads =
         a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
@@ -453,66 +458,6 @@ async fn run(
     threads: usize,
 ) -> Result<ExitCode> {
     let mut notes = Vec::new();
-    // Target: the given server, or the embedded simulator.
-    let (sim, base_url) = match &a.base_url {
-        Some(u) => (None, u.clone()),
-        None => {
-            let cfg = SimConfig {
-                ttft: Duration::from_secs_f64(a.sim_ttft_ms.max(0.0) / 1e3),
-                itl: Duration::from_secs_f64(a.sim_itl_ms.max(0.0) / 1e3),
-                keep_records: false,
-                worker_threads: 1,
-                faults: a.sim_faults.clone(),
-                ..SimConfig::default()
-            };
-            let sim = Simulator::start(cfg).context("starting the embedded simulator")?;
-            let url = sim.base_url();
-            eprintln!(
-                "no --base-url: benchmarking Quetta's embedded simulator at {url} (TTFT {} ms, ITL {} ms)",
-                a.sim_ttft_ms, a.sim_itl_ms
-            );
-            notes.push(format!(
-                "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
-                a.sim_ttft_ms, a.sim_itl_ms
-            ));
-            (Some(sim), url)
-        }
-    };
-    if a.insecure {
-        eprintln!("warning: --insecure: TLS certificates are NOT verified");
-    }
-    let api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
-    let model = match &a.model {
-        Some(m) => m.clone(),
-        None => {
-            let models =
-                list_models(&base_url, api_key.as_ref(), a.insecure, Duration::from_secs(15))
-                    .await
-                    .with_context(|| {
-                        format!("no --model given and GET {base_url}/v1/models failed")
-                    })?;
-            models.into_iter().next().context("no --model given and /v1/models lists no model")?
-        }
-    };
-    let api = match a.endpoint {
-        Endpoint::Chat => Api::Chat,
-        Endpoint::Completions => Api::Completions,
-    };
-    let mut ocfg = OpenAiConfig::new(&base_url, api, &model);
-    ocfg.api_key = api_key;
-    ocfg.http2 = a.http2;
-    ocfg.insecure = a.insecure;
-    ocfg.ca_cert.clone_from(&a.ca_cert);
-    ocfg.timeouts = Timeouts {
-        connect: a.connect_timeout,
-        first_byte: None,
-        first_token: a.ttft_timeout,
-        idle: a.idle_timeout,
-        total: a.request_timeout,
-    };
-    let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
-    let backend = engine.name().to_owned();
-    let engine: Arc<dyn Engine> = Arc::new(engine);
 
     let tokenizer = match &a.tokenizer {
         Some(t) => Some(Arc::new(resolve_tokenizer(t).await?)),
@@ -681,6 +626,69 @@ async fn run(
         extra_headers: a.headers.clone(),
         capture_text: false,
     };
+    if a.dry_run {
+        return dry_run(&a, workload, &cfg, &notes);
+    }
+    // Target: the given server, or the embedded simulator.
+    let (sim, base_url) = match &a.base_url {
+        Some(u) => (None, u.clone()),
+        None => {
+            let cfg = SimConfig {
+                ttft: Duration::from_secs_f64(a.sim_ttft_ms.max(0.0) / 1e3),
+                itl: Duration::from_secs_f64(a.sim_itl_ms.max(0.0) / 1e3),
+                keep_records: false,
+                worker_threads: 1,
+                faults: a.sim_faults.clone(),
+                ..SimConfig::default()
+            };
+            let sim = Simulator::start(cfg).context("starting the embedded simulator")?;
+            let url = sim.base_url();
+            eprintln!(
+                "no --base-url: benchmarking Quetta's embedded simulator at {url} (TTFT {} ms, ITL {} ms)",
+                a.sim_ttft_ms, a.sim_itl_ms
+            );
+            notes.push(format!(
+                "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
+                a.sim_ttft_ms, a.sim_itl_ms
+            ));
+            (Some(sim), url)
+        }
+    };
+    if a.insecure {
+        eprintln!("warning: --insecure: TLS certificates are NOT verified");
+    }
+    let api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => {
+            let models =
+                list_models(&base_url, api_key.as_ref(), a.insecure, Duration::from_secs(15))
+                    .await
+                    .with_context(|| {
+                        format!("no --model given and GET {base_url}/v1/models failed")
+                    })?;
+            models.into_iter().next().context("no --model given and /v1/models lists no model")?
+        }
+    };
+    let api = match a.endpoint {
+        Endpoint::Chat => Api::Chat,
+        Endpoint::Completions => Api::Completions,
+    };
+    let mut ocfg = OpenAiConfig::new(&base_url, api, &model);
+    ocfg.api_key = api_key;
+    ocfg.http2 = a.http2;
+    ocfg.insecure = a.insecure;
+    ocfg.ca_cert.clone_from(&a.ca_cert);
+    ocfg.timeouts = Timeouts {
+        connect: a.connect_timeout,
+        first_byte: None,
+        first_token: a.ttft_timeout,
+        idle: a.idle_timeout,
+        total: a.request_timeout,
+    };
+    let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
+    let backend = engine.name().to_owned();
+    let engine: Arc<dyn Engine> = Arc::new(engine);
 
     let recorded = Recorded {
         endpoint: a.endpoint,
@@ -987,4 +995,95 @@ async fn resolve_tokenizer(spec: &str) -> Result<Tokenizer> {
     fs::write(&file, &bytes).with_context(|| format!("cannot write {}", file.display()))?;
     Tokenizer::from_file(&file)
         .with_context(|| format!("--tokenizer {spec}: the downloaded file does not load"))
+}
+
+/// `--dry-run`: what the run would send, and when; nothing is sent.
+fn dry_run(
+    a: &RunArgs,
+    mut workload: Box<dyn Workload>,
+    cfg: &RunConfig,
+    notes: &[String],
+) -> Result<ExitCode> {
+    let (offsets, load): (Option<Vec<Duration>>, String) = match &cfg.load {
+        Load::Closed { concurrency } => {
+            (None, format!("closed loop, {concurrency} requests in flight"))
+        }
+        Load::Open { rate, arrival, max_concurrency } => {
+            let sched = quetta_workload::arrival::Schedule::new(*arrival, *rate, cfg.seed)?;
+            let offs = match (cfg.num_requests, cfg.duration) {
+                (Some(n), Some(d)) => sched.take_n(n).into_iter().take_while(|o| *o < d).collect(),
+                (Some(n), None) => sched.take_n(n),
+                (None, Some(d)) => sched.until(d),
+                (None, None) => Vec::new(),
+            };
+            let cap = max_concurrency.map_or(String::new(), |c| format!(", at most {c} in flight"));
+            (Some(offs), format!("open loop, {arrival:?} arrivals at {rate} req/s{cap}"))
+        }
+        Load::Scheduled { offsets, max_concurrency } => {
+            let mut v: Vec<Duration> = offsets.iter().copied().collect();
+            if let Some(n) = cfg.num_requests {
+                v.truncate(n as usize);
+            }
+            let cap = max_concurrency.map_or(String::new(), |c| format!(", at most {c} in flight"));
+            (Some(v), format!("recorded send times{cap}"))
+        }
+        _ => (None, "other".into()),
+    };
+    let n = offsets.as_ref().map_or(cfg.num_requests.unwrap_or(0), |o| o.len() as u64);
+    println!("dry run: nothing will be sent");
+    println!("load       {load}");
+    match (&offsets, cfg.duration) {
+        (Some(o), _) if o.len() > 1 => {
+            let span = o.last().copied().unwrap_or_default().as_secs_f64();
+            println!(
+                "requests   {n} over {span:.3} s (mean rate {:.2} req/s)",
+                (n.saturating_sub(1)) as f64 / span.max(1e-9)
+            );
+        }
+        (_, Some(d)) => println!("requests   as many as fit in {:.1} s", d.as_secs_f64()),
+        _ => println!("requests   {n}"),
+    }
+    let sample = n.clamp(1, 10_000);
+    let (mut ins, mut outs) = (Vec::new(), Vec::new());
+    let mut exact = true;
+    for i in 0..sample {
+        let Some(p) = workload.request(cfg.warmup + i) else { break };
+        ins.push(f64::from(p.input_tokens));
+        outs.push(f64::from(p.max_tokens));
+        exact &= p.input_tokens_exact;
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let q = |p: f64| {
+            v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        format!(
+            "mean {mean:.1}, min {}, p50 {}, p99 {}, max {}",
+            q(0.0),
+            q(0.5),
+            q(0.99),
+            v.last().copied().unwrap_or(0.0)
+        )
+    };
+    println!(
+        "input      {} tokens{} (first {} requests)",
+        stats(&mut ins),
+        if exact { "" } else { " (estimated)" },
+        ins.len()
+    );
+    println!("output     {} tokens (max_tokens)", stats(&mut outs));
+    if let Some(o) = &offsets {
+        println!("first sends:");
+        for (i, t) in o.iter().take(10).enumerate() {
+            println!("  #{i:<4} at {:>10.3} s", t.as_secs_f64());
+        }
+    }
+    for note in notes {
+        println!("note       {note}");
+    }
+    let _ = a;
+    Ok(ExitCode::SUCCESS)
 }

@@ -459,3 +459,35 @@ fn ctrl_c_stops_sending_drains_and_writes_a_partial_summary() {
     assert_eq!(s["dispatched"].as_u64().unwrap(), lines);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn dry_run_prints_the_plan_and_sends_nothing() {
+    let d = tmpdir("dry");
+    // a base URL nobody listens on: a dry run must not touch it
+    let o = run(&[
+        "run",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--request-rate",
+        "20",
+        "--arrival",
+        "constant",
+        "--num-requests",
+        "100",
+        "--input-len",
+        "64",
+        "--dry-run",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        out.contains("nothing will be sent") && out.contains("requests   100 over 4.950 s"),
+        "{out}"
+    );
+    assert!(out.contains("input      mean 64.0"), "{out}");
+    assert!(!d.exists(), "a dry run writes no output directory");
+}
