@@ -180,6 +180,46 @@ fn api_key_never_appears_in_any_output() {
     assert_eq!(s["config"]["api_key_given"], true);
     assert_eq!(s["failed"], 2);
     assert_eq!(s["errors"]["connect"], 2);
+    // every other subcommand, with the secret in the environment (and a hub token too)
+    let fit = d.join("dist.json");
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/traces/azure_llm_inference_2023_conv.csv"
+    );
+    std::fs::remove_file(d.join("summary.json")).unwrap();
+    for args in [
+        vec!["report", d.to_str().unwrap()],
+        vec!["profiles"],
+        vec!["workload", "fit", trace, "--trace-format", "azure", "-o", fit.to_str().unwrap()],
+        vec!["run", "--dry-run", "--num-requests", "5"],
+        vec![
+            "run",
+            "--workload",
+            fit.to_str().unwrap(),
+            "--num-requests",
+            "3",
+            "--overwrite",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ],
+    ] {
+        let o = bin()
+            .args(&args)
+            .env("OPENAI_API_KEY", canary)
+            .env("HF_TOKEN", canary)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        assert!(!text(&o).contains(canary), "{args:?} leaked the secret");
+    }
+    for f in std::fs::read_dir(&d).unwrap() {
+        let p = f.unwrap().path();
+        assert!(
+            !std::fs::read_to_string(&p).unwrap().contains(canary),
+            "the key leaked into {}",
+            p.display()
+        );
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 
