@@ -141,6 +141,18 @@ pub struct Progress {
     pub failed: AtomicU64,
 }
 
+impl Progress {
+    /// A request has ended: deliver its observation and count it.
+    fn account(&self, g: Guard) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if g.finish() {
+            self.completed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Controls a running run: `stop` ends sending (Ctrl-C) and lets requests in flight drain.
 #[derive(Debug)]
 pub struct RunControl {
@@ -421,12 +433,7 @@ async fn closed_loop(
                     Guard::new(begin(&req, input, now, now, run_start), tx.clone(), run_start);
                 observe(sh.engine.as_ref(), req, run_start, g.obs.as_mut().expect("fresh guard"))
                     .await;
-                prog.in_flight.fetch_sub(1, Ordering::Relaxed);
-                if g.finish() {
-                    prog.completed.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    prog.failed.fetch_add(1, Ordering::Relaxed);
-                }
+                prog.account(g);
             }
         });
         sh.track(h.abort_handle());
@@ -547,12 +554,7 @@ async fn open_loop(
                     )
                     .await;
                     drop(permit);
-                    prog.in_flight.fetch_sub(1, Ordering::Relaxed);
-                    if g.finish() {
-                        prog.completed.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        prog.failed.fetch_add(1, Ordering::Relaxed);
-                    }
+                    prog.account(g);
                 });
                 sh.track(h.abort_handle());
             }

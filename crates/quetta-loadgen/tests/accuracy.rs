@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quetta_engine::Engine;
-use quetta_loadgen::{run, Load, RecordSink, RunConfig, RunControl};
+use quetta_loadgen::{run, Load, RunConfig, RunControl};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::{SimConfig, Simulator};
@@ -16,18 +16,8 @@ use quetta_workload::synthetic::SyntheticSpec;
 /// Timing tests run one at a time: on 2 cores, parallel tests measure each other.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-#[derive(Clone, Default)]
-struct VecSink(Arc<Mutex<Vec<RequestRecord>>>);
-
-impl RecordSink for VecSink {
-    fn write(&mut self, rec: &RequestRecord) -> std::io::Result<()> {
-        self.0.lock().unwrap().push(rec.clone());
-        Ok(())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+mod common;
+use common::VecSink;
 
 fn spec(input: u32, output: u32) -> SyntheticSpec {
     SyntheticSpec {

@@ -1,29 +1,19 @@
 //! One test per simulator fault: the run never panics or hangs, classifies each failure,
 //! keeps partial timings, and accounts for every request (completed + failed = dispatched).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use quetta_engine::{Engine, Timeouts};
-use quetta_loadgen::{run, RecordSink, RunConfig, RunControl};
+use quetta_loadgen::{run, RunConfig, RunControl};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::faults::FaultRule;
 use quetta_sim::{SimConfig, Simulator};
 use quetta_workload::synthetic::SyntheticSpec;
 
-#[derive(Clone, Default)]
-struct VecSink(Arc<Mutex<Vec<RequestRecord>>>);
-
-impl RecordSink for VecSink {
-    fn write(&mut self, rec: &RequestRecord) -> std::io::Result<()> {
-        self.0.lock().unwrap().push(rec.clone());
-        Ok(())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+mod common;
+use common::VecSink;
 
 /// Run 8 requests (concurrency 2) against a simulator injecting `fault`; return the records.
 fn run_with(fault: &str, timeouts: Timeouts) -> (Vec<RequestRecord>, quetta_loadgen::RunOutcome) {

@@ -20,19 +20,7 @@ pub struct Entry {
     pub output_len: Option<u32>,
 }
 
-fn err(path: &Path, line: usize, field: &str, reason: impl Into<String>) -> WorkloadError {
-    WorkloadError::Parse {
-        path: path.display().to_string(),
-        line,
-        field: field.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-fn read(path: &Path) -> Result<String, WorkloadError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| WorkloadError::Io { path: path.display().to_string(), reason: e.to_string() })
-}
+use crate::{parse_err as err, read};
 
 /// Words as a stand-in token count when no tokenizer is given.
 fn approx_tokens(s: &str) -> u32 {

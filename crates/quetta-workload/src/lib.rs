@@ -61,3 +61,24 @@ pub enum WorkloadError {
     #[error("tokenizer {source_name}: {reason}")]
     Tokenizer { source_name: String, reason: String },
 }
+
+/// A parse error naming the file, the line and the field.
+pub(crate) fn parse_err(
+    path: &std::path::Path,
+    line: usize,
+    field: &str,
+    reason: impl Into<String>,
+) -> WorkloadError {
+    WorkloadError::Parse {
+        path: path.display().to_string(),
+        line,
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Read a whole file, naming it in the error.
+pub(crate) fn read(path: &std::path::Path) -> Result<String, WorkloadError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| WorkloadError::Io { path: path.display().to_string(), reason: e.to_string() })
+}

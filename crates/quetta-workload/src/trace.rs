@@ -25,19 +25,7 @@ pub struct TraceRequest {
     pub hash_ids: Vec<u64>,
 }
 
-fn parse_err(path: &Path, line: usize, field: &str, reason: impl Into<String>) -> WorkloadError {
-    WorkloadError::Parse {
-        path: path.display().to_string(),
-        line,
-        field: field.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-fn read(path: &Path) -> Result<String, WorkloadError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| WorkloadError::Io { path: path.display().to_string(), reason: e.to_string() })
-}
+use crate::{parse_err, read};
 
 #[derive(Deserialize)]
 struct MooncakeRow {
@@ -156,64 +144,7 @@ pub fn load_azure(path: &Path) -> Result<Vec<TraceRequest>, WorkloadError> {
 
 /// Parse Azure CSV text (`path` names it in errors).
 pub fn parse_azure(text: &str, path: &Path) -> Result<Vec<TraceRequest>, WorkloadError> {
-    let mut lines = text.lines().enumerate();
-    let (_, header) = lines.next().ok_or_else(|| parse_err(path, 1, "(header)", "empty file"))?;
-    let cols: Vec<&str> = header.trim_end_matches('\r').split(',').map(str::trim).collect();
-    let col = |name: &str| {
-        cols.iter()
-            .position(|c| c.eq_ignore_ascii_case(name))
-            .ok_or_else(|| parse_err(path, 1, name, "column missing"))
-    };
-    let (ct, cc, cg) = (col("TIMESTAMP")?, col("ContextTokens")?, col("GeneratedTokens")?);
-    let mut out = Vec::new();
-    let mut first: Option<i128> = None;
-    let mut last = i128::MIN;
-    for (i, l) in lines {
-        let line = i + 1;
-        let l = l.trim_end_matches('\r');
-        if l.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = l.split(',').collect();
-        let get = |c: usize, name: &str| {
-            f.get(c).map(|s| s.trim()).ok_or_else(|| parse_err(path, line, name, "missing"))
-        };
-        let ts_s = get(ct, "TIMESTAMP")?;
-        let ts = parse_timestamp(ts_s).ok_or_else(|| {
-            parse_err(path, line, "TIMESTAMP", format!("{ts_s:?} is not YYYY-MM-DD HH:MM:SS[.f]"))
-        })?;
-        if ts < last {
-            return Err(parse_err(path, line, "TIMESTAMP", "decreases"));
-        }
-        last = ts;
-        let t0 = *first.get_or_insert(ts);
-        let num = |c: usize, name: &str| -> Result<u32, WorkloadError> {
-            let s = get(c, name)?;
-            s.parse::<u32>().map_err(|_| {
-                parse_err(
-                    path,
-                    line,
-                    name,
-                    if s.starts_with('-') {
-                        format!("negative value {s}")
-                    } else {
-                        format!("{s:?} is not a whole number")
-                    },
-                )
-            })
-        };
-        out.push(TraceRequest {
-            line,
-            timestamp: Duration::from_nanos(u64::try_from(ts - t0).unwrap_or(0)),
-            input_len: num(cc, "ContextTokens")?,
-            output_len: num(cg, "GeneratedTokens")?,
-            hash_ids: Vec::new(),
-        });
-    }
-    if out.is_empty() {
-        return Err(parse_err(path, 2, "(file)", "no rows"));
-    }
-    Ok(out)
+    parse_csv(text, path, &ColumnMap::azure())
 }
 
 /// Words for prompts built without a tokenizer (one word per intended token; exact against
@@ -374,6 +305,16 @@ pub struct ColumnMap {
 }
 
 impl ColumnMap {
+    /// The Azure LLM inference traces' columns (date-time timestamps).
+    pub fn azure() -> Self {
+        Self {
+            timestamp: "TIMESTAMP".into(),
+            input: "ContextTokens".into(),
+            output: "GeneratedTokens".into(),
+            unit: TimeUnit::Seconds,
+        }
+    }
+
     /// BurstGPT's columns: `Timestamp` (seconds), `Request tokens`, `Response tokens`.
     pub fn burstgpt() -> Self {
         Self {
@@ -473,7 +414,15 @@ fn push_row(
 
 /// A CSV trace (header row; plain comma-separated cells, CRLF or LF) read through `map`.
 pub fn load_csv(path: &Path, map: &ColumnMap) -> Result<Vec<TraceRequest>, WorkloadError> {
-    let text = read(path)?;
+    parse_csv(&read(path)?, path, map)
+}
+
+/// Parse CSV text through `map` (`path` names it in errors).
+pub fn parse_csv(
+    text: &str,
+    path: &Path,
+    map: &ColumnMap,
+) -> Result<Vec<TraceRequest>, WorkloadError> {
     let mut lines = text.lines().enumerate();
     let (_, header) = lines.next().ok_or_else(|| parse_err(path, 1, "(header)", "empty file"))?;
     let cols: Vec<String> = header

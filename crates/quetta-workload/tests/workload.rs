@@ -174,6 +174,12 @@ fn every_length_from_1_to_32768() {
         for n in 1..=max {
             let text = p.text(n, n as u64 * 31 + 7).unwrap_or_else(|e| panic!("{name} N={n}: {e}"));
             assert_eq!(t.count(&text), n, "{name}: N={n}");
+            if n % 2048 == 0 {
+                eprintln!(
+                    "{name}: every N in 1..={n} exact so far ({:.0} s)",
+                    start.elapsed().as_secs_f64()
+                );
+            }
         }
         eprintln!("{name}: every N in 1..={max} exact ({:.0} s)", start.elapsed().as_secs_f64());
     }
