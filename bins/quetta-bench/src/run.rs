@@ -478,8 +478,10 @@ async fn run(
         (Some(path), _) => Some(load_trace(path, a.trace_format, &a.trace_columns)?),
         (None, rows) => rows,
     };
-    if rows.is_some() && (a.concurrency.is_some() || a.request_rate.is_some()) {
-        bail!("a trace sets the send times itself: drop --concurrency/--request-rate (cap with --max-concurrency)");
+    // A trace brings its own send times unless --request-rate or --concurrency re-times it.
+    let retimed = rows.is_some() && (a.concurrency.is_some() || a.request_rate.is_some());
+    if retimed {
+        notes.push("the trace's requests are sent on the given arrival process, not at their recorded times".into());
     }
     let workload: Box<dyn Workload> = match rows {
         Some(reqs) => {
@@ -491,7 +493,12 @@ async fn run(
                 tokenizer.clone(),
             );
             w.token_ids = a.token_ids;
-            trace_offsets = Some(Arc::new(w.offsets(a.trace_speed)));
+            if !retimed {
+                trace_offsets = Some(Arc::new(w.offsets(a.trace_speed)));
+            }
+            if tokenizer.is_some() && !a.token_ids {
+                notes.push("trace prompts are decoded token blocks: the server's re-tokenisation can merge tokens at block edges (a token or two per block); --token-ids on the completions endpoint sends the exact blocks".into());
+            }
             if tokenizer.is_none() {
                 notes.push("no --tokenizer: trace prompts are built from words, one per intended token (exact for the simulator, an estimate for real servers)".into());
             }

@@ -2,11 +2,49 @@
 //!
 //! Pure and seeded: no async runtime, no network, no terminal. The same seed gives the same
 //! schedule and the same prompts on any machine (ChaCha8 streams, explicit per-request seeds).
+//! Every file error names the file, the line and the field.
 //!
-//! - [`arrival`]: intended send times of an open-loop run (constant, Poisson, gamma).
-//! - [`synthetic`]: prompts of a requested length with a requested output length.
+//! # Guide
 //!
-//! A workload yields [`PlannedRequest`]s; the load generator decides when to send them.
+//! A workload has two halves: **what** to send, a [`Workload`] that yields a
+//! [`PlannedRequest`] (prompt, planned input length, `max_tokens`) for each index, and
+//! **when**, a list of intended send offsets from an [`arrival::Schedule`] (or a trace's own
+//! timestamps). The load generator (`quetta-loadgen`) pairs them; nothing here sends.
+//!
+//! | what | module |
+//! |---|---|
+//! | synthetic prompts of a given length (words, or exact with a tokenizer) | [`synthetic`] |
+//! | real tokenizers, exact-length text, token-id prompts | [`tokenizer`] |
+//! | ShareGPT, JSONL and text datasets with length filters | [`dataset`] |
+//! | Mooncake, Azure and any CSV/JSONL traces; prefix-sharing prompts from `hash_ids` | [`trace`] |
+//! | lengths and gaps fitted from a trace, sampled back | [`distribution`] |
+//! | constant, Poisson, gamma, ramp and burst arrivals | [`arrival`] |
+//! | named and user (TOML) profiles | [`profiles`] |
+//!
+//! ```
+//! use quetta_workload::arrival::{Arrival, Schedule};
+//! use quetta_workload::synthetic::SyntheticSpec;
+//! use quetta_workload::Workload;
+//!
+//! // 10 requests per second, Poisson, seed 7: the first five intended send times.
+//! let times = Schedule::new(Arrival::Poisson, 10.0, 7).unwrap().take_n(5);
+//! assert_eq!(times[0].as_secs_f64(), 0.0);
+//! assert!(times.windows(2).all(|w| w[0] <= w[1]));
+//!
+//! // 256-token prompts (words, without a tokenizer), 128 tokens out.
+//! let mut w = SyntheticSpec {
+//!     input_len: 256, input_stddev: 0.0, output_len: 128, output_stddev: 0.0, chat: true, seed: 7,
+//! };
+//! let first = w.request(0).unwrap();
+//! assert_eq!((first.input_tokens, first.max_tokens), (256, 128));
+//! assert!(!first.input_tokens_exact, "words only estimate tokens");
+//! // the same seed gives the same request, anywhere
+//! assert_eq!(w.request(0).unwrap(), first);
+//! ```
+//!
+//! For exact lengths, load a tokenizer ([`tokenizer::Tokenizer::resolve`]) and use
+//! [`synthetic::ExactSynthetic`]; `examples/plan.rs` builds a workload from a named profile
+//! and prints its first requests with their intended send times.
 
 pub mod arrival;
 pub mod dataset;
