@@ -267,6 +267,14 @@ pub struct RunArgs {
     idle_timeout: Option<Duration>,
     #[arg(long, value_parser = duration_arg)]
     request_timeout: Option<Duration>,
+    /// Retry a request that failed before any token (connect, 429, 5xx, closed connection,
+    /// connect or first-byte timeout) up to this many times. Off by default; retries are
+    /// counted apart in the summary.
+    #[arg(long, default_value_t = 0)]
+    retries: u32,
+    /// First wait before a retry, doubling each time; a server's Retry-After wins.
+    #[arg(long, value_parser = duration_arg, default_value = "500ms")]
+    retry_backoff: Duration,
     /// Exit non-zero when fewer than this share of requests succeed (0..1).
     #[arg(long)]
     min_success_rate: Option<f64>,
@@ -632,6 +640,8 @@ async fn run(
         extra_body,
         extra_headers: a.headers.clone(),
         capture_text: false,
+        retries: a.retries,
+        retry_backoff: a.retry_backoff,
     };
     if a.dry_run {
         return dry_run(&a, workload, &cfg, &notes);

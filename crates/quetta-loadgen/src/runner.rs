@@ -53,6 +53,13 @@ pub struct RunConfig {
     pub extra_headers: Vec<(String, String)>,
     /// Keep generated text in the records.
     pub capture_text: bool,
+    /// Send a failed request again up to this many times (0: never). Only failures before
+    /// any token are retried: connect errors, HTTP 429 and 5xx, connections closed before
+    /// the answer, connect and first-byte timeouts.
+    pub retries: u32,
+    /// First wait before a retry; it doubles with each attempt (at most 30 s), and a
+    /// server's `Retry-After` takes precedence.
+    pub retry_backoff: Duration,
 }
 
 impl RunConfig {
@@ -73,6 +80,8 @@ impl RunConfig {
             extra_body: BTreeMap::new(),
             extra_headers: Vec::new(),
             capture_text: false,
+            retries: 0,
+            retry_backoff: Duration::from_millis(500),
         }
     }
 
@@ -268,6 +277,75 @@ impl Shared {
     }
 }
 
+/// Whether a failed attempt may be sent again: it failed before any token, for a reason
+/// that a later attempt may not meet.
+fn retryable(o: &Observation) -> bool {
+    o.token_chunks == 0
+        && o.error.as_ref().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                "connect"
+                    | "http_429"
+                    | "http_5xx"
+                    | "connection_closed"
+                    | "timeout_connect"
+                    | "timeout_first_byte"
+            )
+        })
+}
+
+/// Send a request, and again after retryable failures when the run allows retries. The
+/// observation ends as the last attempt's, with `attempts` and the earlier errors recorded;
+/// `started` and `intended` stay the first's, so latency from the intended time covers all.
+async fn attempt(sh: &Shared, req: EngineRequest, run_start: Instant, o: &mut Observation) {
+    if sh.cfg.retries == 0 {
+        observe(sh.engine.as_ref(), req, run_start, o).await;
+        return;
+    }
+    let mut n = 0;
+    loop {
+        observe(sh.engine.as_ref(), req.clone(), run_start, o).await;
+        if n >= sh.cfg.retries || !retryable(o) || sh.control.stopped() {
+            o.attempts = n + 1;
+            return;
+        }
+        n += 1;
+        let err = o.error.take().expect("retryable implies an error");
+        let retry_after = match &err {
+            quetta_engine::EngineError::HttpStatus { retry_after: Some(v), .. } => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64),
+            _ => None,
+        };
+        o.retry_errors.push(err.kind().to_owned());
+        let backoff =
+            sh.cfg.retry_backoff.saturating_mul(1 << (n - 1).min(16)).min(Duration::from_secs(30));
+        tokio::time::sleep(retry_after.unwrap_or(backoff)).await;
+        // A fresh attempt: keep when it was meant to go and started; forget the rest.
+        let keep = (o.intended, o.started, std::mem::take(&mut o.retry_errors));
+        *o = Observation {
+            id: o.id,
+            session_id: o.session_id.take(),
+            intended: keep.0,
+            started: keep.1,
+            planned_input_tokens: o.planned_input_tokens,
+            planned_output_tokens: o.planned_output_tokens,
+            streamed: o.streamed,
+            itl_us: std::mem::take(&mut o.itl_us),
+            text: o.text.take().map(|mut t| {
+                t.clear();
+                t
+            }),
+            retry_errors: keep.2,
+            ..Observation::default()
+        };
+        o.itl_us.clear();
+    }
+}
+
 /// Marks a task finished when it ends, aborted or not.
 struct Done(Arc<Shared>);
 
@@ -431,8 +509,7 @@ async fn closed_loop(
                 prog.in_flight.fetch_add(1, Ordering::Relaxed);
                 let mut g =
                     Guard::new(begin(&req, input, now, now, run_start), tx.clone(), run_start);
-                observe(sh.engine.as_ref(), req, run_start, g.obs.as_mut().expect("fresh guard"))
-                    .await;
+                attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
                 prog.account(g);
             }
         });
@@ -546,13 +623,7 @@ async fn open_loop(
                     };
                     let prog = &sh.control.progress;
                     prog.in_flight.fetch_add(1, Ordering::Relaxed);
-                    observe(
-                        sh.engine.as_ref(),
-                        req,
-                        run_start,
-                        g.obs.as_mut().expect("fresh guard"),
-                    )
-                    .await;
+                    attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
                     drop(permit);
                     prog.account(g);
                 });

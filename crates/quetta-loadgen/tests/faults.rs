@@ -17,6 +17,14 @@ use common::VecSink;
 
 /// Run 8 requests (concurrency 2) against a simulator injecting `fault`; return the records.
 fn run_with(fault: &str, timeouts: Timeouts) -> (Vec<RequestRecord>, quetta_loadgen::RunOutcome) {
+    run_with_retries(fault, timeouts, 0)
+}
+
+fn run_with_retries(
+    fault: &str,
+    timeouts: Timeouts,
+    retries: u32,
+) -> (Vec<RequestRecord>, quetta_loadgen::RunOutcome) {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let sim = Simulator::start(SimConfig {
@@ -40,6 +48,8 @@ fn run_with(fault: &str, timeouts: Timeouts) -> (Vec<RequestRecord>, quetta_load
     let sink = VecSink::default();
     let mut rc = RunConfig::closed(2, 8);
     rc.drain_timeout = Duration::from_secs(20);
+    rc.retries = retries;
+    rc.retry_backoff = Duration::from_millis(10);
     let out = rt
         .block_on(async {
             tokio::time::timeout(
@@ -140,4 +150,29 @@ fn probabilistic_faults_mix_with_successes_and_nothing_is_lost() {
     let failed = recs.iter().filter(|r| !r.ok()).count() as u64;
     assert_eq!(failed, out.aggregate.failed);
     assert!(failed > 0 && failed < 8, "{failed} of 8 failed at p = 0.5 (seeded)");
+}
+
+#[test]
+fn retries_are_off_by_default_and_counted_apart_when_on() {
+    let (_, out) = run_with("http503@2", Timeouts::default());
+    assert_eq!(out.aggregate.failed, 4, "without retries every second request fails");
+    assert_eq!(out.aggregate.retried_requests, 0);
+    let (recs, out) = run_with_retries("http503@2", Timeouts::default(), 6);
+    assert_eq!(out.aggregate.completed, 8, "retried requests complete");
+    let retried: Vec<_> = recs.iter().filter(|r| r.attempts > 1).collect();
+    assert!(!retried.is_empty());
+    assert_eq!(out.aggregate.retried_requests, retried.len() as u64);
+    assert_eq!(
+        out.aggregate.retry_attempts,
+        retried.iter().map(|r| u64::from(r.attempts - 1)).sum::<u64>()
+    );
+    for r in &retried {
+        assert!(r.retry_errors.iter().all(|k| k == "http_5xx"), "{:?}", r.retry_errors);
+        assert_eq!(r.retry_errors.len() as u32, r.attempts - 1);
+        // latency from the intended time includes the failed attempts and the backoff
+        assert!(r.e2e_from_intended_ms.unwrap() >= r.e2e_ms.unwrap() + 10.0);
+    }
+    // a malformed stream is not retried: a later attempt would not be the same request
+    let (recs, _) = run_with_retries("bad-json", Timeouts::default(), 3);
+    assert!(recs.iter().all(|r| r.error_kind.as_deref() == Some("protocol") && r.attempts == 1));
 }

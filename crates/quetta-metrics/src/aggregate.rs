@@ -196,6 +196,9 @@ pub struct Aggregate {
     pub prompt_delta_count: u64,
     /// Requests sent again after a stale pooled connection.
     pub stale_connection_retries: u64,
+    /// Requests retried with `--retries`, and the extra attempts they took.
+    pub retried_requests: u64,
+    pub retry_attempts: u64,
 }
 
 impl Default for Aggregate {
@@ -240,6 +243,10 @@ pub struct MetricsSummary {
     /// Requests sent a second time because their pooled connection had been closed by the
     /// server before any response byte (the retry's connect time is in their latency).
     pub stale_connection_retries: u64,
+    /// Requests retried with `--retries` (their final attempt decides success) and the extra
+    /// attempts they took; a retried request that succeeded counts as completed.
+    pub retried_requests: u64,
+    pub retry_attempts: u64,
     /// Mean of (server-counted prompt tokens − planned prompt tokens) per request: the chat
     /// template and special tokens, or the error of an estimated plan. Null without usage.
     pub prompt_tokens_over_plan: Option<f64>,
@@ -291,6 +298,8 @@ impl Aggregate {
             prompt_delta_sum: 0,
             prompt_delta_count: 0,
             stale_connection_retries: 0,
+            retried_requests: 0,
+            retry_attempts: 0,
         }
     }
 
@@ -310,6 +319,10 @@ impl Aggregate {
         }
         if r.stale_connection_retry {
             self.stale_connection_retries += 1;
+        }
+        if r.attempts > 1 {
+            self.retried_requests += 1;
+            self.retry_attempts += u64::from(r.attempts - 1);
         }
         self.dist(Metric::Queue).add(r.queue_ms);
         self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
@@ -398,6 +411,8 @@ impl Aggregate {
         self.prompt_delta_sum += o.prompt_delta_sum;
         self.prompt_delta_count += o.prompt_delta_count;
         self.stale_connection_retries += o.stale_connection_retries;
+        self.retried_requests += o.retried_requests;
+        self.retry_attempts += o.retry_attempts;
     }
 
     /// The measured window in seconds.
@@ -463,6 +478,8 @@ impl Aggregate {
             ttft_equals_e2e_for_non_streamed: self.non_streamed,
             new_connections: self.new_connections,
             stale_connection_retries: self.stale_connection_retries,
+            retried_requests: self.retried_requests,
+            retry_attempts: self.retry_attempts,
             prompt_tokens_over_plan: (self.prompt_delta_count > 0)
                 .then(|| round3(self.prompt_delta_sum as f64 / self.prompt_delta_count as f64)),
             ttft_ms: s(Metric::Ttft),
@@ -508,6 +525,10 @@ struct Wire {
     prompt_delta_count: u64,
     #[serde(default)]
     stale_connection_retries: u64,
+    #[serde(default)]
+    retried_requests: u64,
+    #[serde(default)]
+    retry_attempts: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -561,6 +582,8 @@ impl Serialize for Aggregate {
             prompt_delta_sum: self.prompt_delta_sum,
             prompt_delta_count: self.prompt_delta_count,
             stale_connection_retries: self.stale_connection_retries,
+            retried_requests: self.retried_requests,
+            retry_attempts: self.retry_attempts,
         }
         .serialize(s)
     }
@@ -608,6 +631,8 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.prompt_delta_sum = w.prompt_delta_sum;
         agg.prompt_delta_count = w.prompt_delta_count;
         agg.stale_connection_retries = w.stale_connection_retries;
+        agg.retried_requests = w.retried_requests;
+        agg.retry_attempts = w.retry_attempts;
         Ok(agg)
     }
 }

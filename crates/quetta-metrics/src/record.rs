@@ -65,6 +65,10 @@ pub struct Observation {
     pub error: Option<EngineError>,
     /// The generated text, when captured.
     pub text: Option<String>,
+    /// Attempts made (0 or 1: one).
+    pub attempts: u32,
+    /// Error kinds of the attempts that were retried.
+    pub retry_errors: Vec<String>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -135,6 +139,21 @@ pub struct RequestRecord {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// Attempts made, when the request was retried (see `--retries`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub attempts: u32,
+    /// Error kinds of the retried attempts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_errors: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 impl RequestRecord {
@@ -198,6 +217,8 @@ impl RequestRecord {
             error_kind: o.error.as_ref().map(|e| e.kind().to_owned()),
             error: o.error.as_ref().map(ToString::to_string),
             text: o.text,
+            attempts: o.attempts.max(1),
+            retry_errors: o.retry_errors,
         }
     }
 

@@ -202,6 +202,13 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             per.join(", ")
         );
     }
+    if m.retried_requests > 0 {
+        let _ = writeln!(
+            s,
+            "retried    {} requests needed {} extra attempts (--retries)",
+            m.retried_requests, m.retry_attempts
+        );
+    }
     if m.stale_connection_retries > 0 {
         let _ = writeln!(
             s,
