@@ -34,8 +34,17 @@ pub fn load_sharegpt(
     path: &Path,
     tokenizer: Option<&Tokenizer>,
 ) -> Result<Vec<Entry>, WorkloadError> {
-    let v: Value = serde_json::from_str(&read(path)?)
-        .map_err(|e| err(path, e.line(), "(json)", e.to_string()))?;
+    parse_sharegpt(&read(path)?, path, tokenizer)
+}
+
+/// Parse ShareGPT JSON text (`path` names it in errors).
+pub fn parse_sharegpt(
+    text: &str,
+    path: &Path,
+    tokenizer: Option<&Tokenizer>,
+) -> Result<Vec<Entry>, WorkloadError> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| err(path, e.line(), "(json)", e.to_string()))?;
     let arr = v
         .as_array()
         .ok_or_else(|| err(path, 1, "(root)", "expected a JSON array of conversations"))?;
@@ -65,7 +74,11 @@ pub fn load_sharegpt(
 
 /// JSONL: one object per line with `prompt` (text) or `messages` (chat), optional `max_tokens`.
 pub fn load_jsonl(path: &Path) -> Result<Vec<Entry>, WorkloadError> {
-    let text = read(path)?;
+    parse_jsonl(&read(path)?, path)
+}
+
+/// Parse JSONL prompt text (`path` names it in errors).
+pub fn parse_jsonl(text: &str, path: &Path) -> Result<Vec<Entry>, WorkloadError> {
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate() {
         let line = i + 1;

@@ -402,9 +402,13 @@ fn push_row(
             )
         })
     };
+    // More than ~584 years after the first row does not fit a Duration of u64 nanoseconds.
+    let offset = ts.checked_sub(t0).and_then(|d| u64::try_from(d).ok()).ok_or_else(|| {
+        parse_err(path, line, &map.timestamp, format!("{ts_s:?} is too far from the first row"))
+    })?;
     out.push(TraceRequest {
         line,
-        timestamp: Duration::from_nanos(u64::try_from(ts - t0).unwrap_or(0)),
+        timestamp: Duration::from_nanos(offset),
         input_len: num(&map.input)?,
         output_len: num(&map.output)?,
         hash_ids: Vec::new(),

@@ -48,3 +48,40 @@ proptest! {
         let _ = parse_azure(&text, Path::new("x"));
     }
 }
+
+fn jsonl_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        ("\\PC{0,20}", proptest::option::of(any::<i64>())).prop_map(|(p, m)| match m {
+            Some(m) => format!("{{\"prompt\": {p:?}, \"max_tokens\": {m}}}"),
+            None => format!("{{\"prompt\": {p:?}}}"),
+        }),
+        "\\PC{0,20}".prop_map(|c| format!(
+            "{{\"messages\": [{{\"role\": \"user\", \"content\": {c:?}}}]}}"
+        )),
+        "\\PC{0,40}",
+        Just("{\"messages\": 3}".to_owned()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn jsonl_dataset_parser_never_panics(lines in proptest::collection::vec(jsonl_line(), 0..6)) {
+        let text = lines.join("\n");
+        match quetta_workload::dataset::parse_jsonl(&text, Path::new("d.jsonl")) {
+            Ok(entries) => prop_assert!(entries.iter().all(|e| e.output_len.is_none_or(|n| n > 0))),
+            Err(e) => prop_assert!(e.to_string().starts_with("d.jsonl:"), "{}", e),
+        }
+    }
+
+    #[test]
+    fn sharegpt_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), turns in proptest::collection::vec(("human|gpt|user|system", "\\PC{0,10}"), 0..4)) {
+        let _ = quetta_workload::dataset::parse_sharegpt(&String::from_utf8_lossy(&bytes), Path::new("s.json"), None);
+        let conv: Vec<String> = turns.iter().map(|(f, v)| format!("{{\"from\": {f:?}, \"value\": {v:?}}}")).collect();
+        let text = format!("[{{\"conversations\": [{}]}}]", conv.join(","));
+        if let Err(e) = quetta_workload::dataset::parse_sharegpt(&text, Path::new("s.json"), None) {
+            prop_assert!(e.to_string().starts_with("s.json:"), "{}", e);
+        }
+    }
+}

@@ -347,3 +347,12 @@ fn profile_files_load_and_bad_ones_name_the_line() {
     assert!(load_file(&f).unwrap_err().to_string().contains("concurrency"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Found by the `traces` fuzzer: a row a thousand years after the first overflowed the offset
+/// and came back as 0, out of order. It is an error naming the row now.
+#[test]
+fn far_future_timestamp_is_an_error_not_a_wrapped_offset() {
+    let text = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46.6805900,374,44\r\n3022-11-16 18:15:52.5732453,104,105\r\n";
+    let e = parse_azure(text, Path::new("far.csv")).unwrap_err().to_string();
+    assert!(e.contains("far.csv:3: field TIMESTAMP") && e.contains("too far"), "{e}");
+}
