@@ -695,8 +695,9 @@ impl Stream for ResponseStream {
                             c.get_extras(&mut x);
                             x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
                         });
-                        let stale = reused
-                            && matches!(&err, EngineError::ConnectionClosed(m) if m.contains("before the response headers"));
+                        // This future resolves at the response headers, so any closed
+                        // connection here happened before a response byte.
+                        let stale = reused && matches!(err, EngineError::ConnectionClosed(_));
                         match (stale, this.spare.take()) {
                             (true, Some(req)) => {
                                 this.retried_stale = true;
