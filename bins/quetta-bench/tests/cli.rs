@@ -401,36 +401,9 @@ fn tokenizer_id_is_downloaded_from_the_hub_into_the_cache() {
 #[test]
 fn killed_run_is_rebuilt_by_report_from_every_written_record() {
     let d = tmpdir("kill9");
-    let mut child = bin()
-        .args([
-            "run",
-            "--duration",
-            "60s",
-            "--concurrency",
-            "4",
-            "--output-len",
-            "16",
-            "--quiet",
-            "--output-dir",
-            d.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = start_long_run(&d, std::process::Stdio::null);
     let jsonl = d.join("requests.jsonl");
-    let t0 = std::time::Instant::now();
-    loop {
-        let n = std::fs::read_to_string(&jsonl).map_or(0, |t| t.lines().count());
-        if n >= 20 {
-            break;
-        }
-        assert!(
-            t0.elapsed().as_secs() < 30,
-            "records must reach the disk while the run goes on ({n} so far)"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_records(&jsonl, 20, std::time::Instant::now());
     child.kill().unwrap(); // SIGKILL: no chance to write a summary
     child.wait().unwrap();
     assert!(!d.join("summary.json").exists());
@@ -470,29 +443,10 @@ fn killed_run_is_rebuilt_by_report_from_every_written_record() {
 #[test]
 fn ctrl_c_stops_sending_drains_and_writes_a_partial_summary() {
     let d = tmpdir("sigint");
-    let child = bin()
-        .args([
-            "run",
-            "--duration",
-            "60s",
-            "--concurrency",
-            "4",
-            "--output-len",
-            "16",
-            "--quiet",
-            "--output-dir",
-            d.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start_long_run(&d, std::process::Stdio::piped);
     let jsonl = d.join("requests.jsonl");
     let t0 = std::time::Instant::now();
-    while std::fs::read_to_string(&jsonl).map_or(0, |t| t.lines().count()) < 10 {
-        assert!(t0.elapsed().as_secs() < 30);
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_records(&jsonl, 10, t0);
     let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(st.success());
     let o = child.wait_with_output().unwrap();
@@ -537,4 +491,41 @@ fn dry_run_prints_the_plan_and_sends_nothing() {
     );
     assert!(out.contains("input      mean 64.0"), "{out}");
     assert!(!d.exists(), "a dry run writes no output directory");
+}
+
+/// Start a 60-second closed-loop run against the embedded simulator, writing into `d`.
+fn start_long_run(d: &Path, stdio: fn() -> std::process::Stdio) -> std::process::Child {
+    bin()
+        .args([
+            "run",
+            "--duration",
+            "60s",
+            "--concurrency",
+            "4",
+            "--output-len",
+            "16",
+            "--quiet",
+            "--output-dir",
+        ])
+        .arg(d)
+        .stdout(stdio())
+        .stderr(stdio())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait (at most 30 s after `t0`) until `jsonl` holds `n` records: records reach the disk
+/// while the run goes on.
+fn wait_for_records(jsonl: &Path, n: usize, t0: std::time::Instant) {
+    loop {
+        let got = std::fs::read_to_string(jsonl).map_or(0, |t| t.lines().count());
+        if got >= n {
+            return;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "records must reach the disk while the run goes on ({got} so far)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
