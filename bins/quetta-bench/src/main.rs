@@ -78,12 +78,12 @@ fn main() -> ExitCode {
         Command::Report { dir } => report::main(&dir),
         Command::Profiles { profile_file } => {
             println!(
-                "{:<24}{:>8}{:>8}  {:<48}{:<44}mode",
+                "{:<24}{:>8}{:>8}  {:<62}{:<52}mode",
                 "profile", "ISL", "OSL", "dataset", "arrival"
             );
             for p in quetta_workload::profiles::builtin() {
                 println!(
-                    "{:<24}{:>8}{:>8}  {:<48}{:<44}{}",
+                    "{:<24}{:>8}{:>8}  {:<62}{:<52}{}",
                     p.name,
                     p.input_len,
                     p.output_len,
@@ -91,6 +91,8 @@ fn main() -> ExitCode {
                     p.arrival(),
                     if p.source == quetta_workload::profiles::Source::Synthetic {
                         "single-turn"
+                    } else if p.is_multiturn() {
+                        "multi-turn"
                     } else {
                         "trace replay"
                     }

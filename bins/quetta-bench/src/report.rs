@@ -67,6 +67,7 @@ pub fn main(dir: &Path) -> Result<ExitCode> {
         metrics,
         client: ClientStats::default(),
         notes,
+        sessions: None,
         aggregate: rb.aggregate,
     };
     fs::write(&sum_path, serde_json::to_string_pretty(&s)? + "\n")

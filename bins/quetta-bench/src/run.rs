@@ -12,7 +12,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use quetta_engine::{Engine, Sampling, Timeouts};
-use quetta_loadgen::{JsonlSink, Load, RunConfig, RunControl, RunOutcome};
+use quetta_loadgen::{
+    History, JsonlSink, Load, Pacing, RunConfig, RunControl, RunOutcome, SessionConfig, ThinkTime,
+};
 use quetta_metrics::{slo::parse_duration, SloSet};
 use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 use quetta_report::{render_summary, rfc3339, Summary, Target, SCHEMA_VERSION};
@@ -20,7 +22,11 @@ use quetta_sim::{SimConfig, Simulator};
 use quetta_workload::arrival::Arrival;
 use quetta_workload::dataset::{load_jsonl, load_sharegpt, load_text, DatasetWorkload, Filters};
 use quetta_workload::distribution::{DistWorkload, Distribution};
-use quetta_workload::synthetic::{ExactSynthetic, SyntheticSpec};
+use quetta_workload::session::{
+    load_sharegpt as load_sessions_sharegpt, load_turns_jsonl, Draw, LoadOptions, SessionList,
+    SessionSource, SessionSynth, SessionSynthSpec,
+};
+use quetta_workload::synthetic::{ExactSynthetic, StressWorkload, SyntheticSpec};
 use quetta_workload::tokenizer::Tokenizer;
 use quetta_workload::trace::{
     load_azure, load_csv, load_jsonl_trace, load_mooncake, ColumnMap, TraceWorkload,
@@ -52,6 +58,45 @@ pub enum TraceFormat {
     Csv,
     /// Any JSONL, read through --trace-columns.
     Jsonl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionFormat {
+    /// ShareGPT-style conversations, including tool-call conversations
+    /// (function_call/observation roles, a `tools` field).
+    Sharegpt,
+    /// JSONL lines with `turns: [user message, ...]` (MT-Bench).
+    TurnsJsonl,
+    /// A TOML distribution file: turns, new-prompt and output lengths, think time.
+    Synth,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PacingArg {
+    /// Each session sends its next turn when its reply has arrived and its think time passed.
+    PerSession,
+    /// A barrier at every turn across a group of sessions (a herd: artificial spikes).
+    Interleaved,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryArg {
+    /// Earlier turns carry the engine's own replies.
+    Engine,
+    /// Earlier turns carry the replies recorded in the dataset.
+    Recorded,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeArg {
+    Normal,
+    /// Unique random-token prompts (no prefix-cache hits), ignore_eos and
+    /// min_tokens = max_tokens so every output has the planned length.
+    Stress,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -94,6 +139,7 @@ fn header_arg(s: &str) -> Result<(String, String), String> {
 
 /// Flags of `quetta-bench run`.
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
 pub struct RunArgs {
     /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
     #[arg(long)]
@@ -114,11 +160,11 @@ pub struct RunArgs {
     /// Open loop: send this many requests per second on a precomputed schedule.
     #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
     request_rate: Option<f64>,
-    /// Arrival process of the open loop.
-    #[arg(long, value_enum, default_value = "poisson", requires = "request_rate")]
+    /// Arrival process of the open loop (requests, or sessions with --session-rate).
+    #[arg(long, value_enum, default_value = "poisson", requires = "rate")]
     arrival: ArrivalArg,
     /// Gamma shape of inter-arrival gaps (as vLLM's --burstiness); implies --arrival gamma.
-    #[arg(long, value_parser = positive_f64, requires = "request_rate")]
+    #[arg(long, value_parser = positive_f64, requires = "rate")]
     burstiness: Option<f64>,
     /// Ramp: start at this rate and rise (or fall) linearly to --request-rate over --ramp-over.
     #[arg(long, requires_all = ["request_rate", "ramp_over"])]
@@ -197,6 +243,45 @@ pub struct RunArgs {
     /// Send prompts as token ids (completions endpoint; needs --tokenizer).
     #[arg(long, requires = "tokenizer")]
     token_ids: bool,
+
+    /// Multi-turn sessions from this file (see --session-format): each turn's prompt holds
+    /// the system prompt, every earlier user message and the engine's reply to each.
+    #[arg(long, conflicts_with_all = ["trace", "dataset", "workload"])]
+    sessions: Option<PathBuf>,
+    /// Format of --sessions.
+    #[arg(long, value_enum, default_value = "sharegpt", requires = "sessions")]
+    session_format: SessionFormat,
+    /// Sessions running at once (per-session and interleaved pacing) [default: 8].
+    #[arg(long, value_parser = positive_usize, conflicts_with = "session_rate")]
+    session_concurrency: Option<usize>,
+    /// Open loop over sessions: start this many sessions per second (--arrival applies);
+    /// turns inside a session stay in order.
+    #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
+    session_rate: Option<f64>,
+    /// How sessions send their turns.
+    #[arg(long, value_enum, default_value = "per-session")]
+    pacing: PacingArg,
+    /// Pause between a reply's end and the session's next turn: 0, 200ms, exp:2s (mean),
+    /// uniform:500ms-3s, or recorded[:FALLBACK] (the time recorded in the data).
+    #[arg(long, default_value = "0")]
+    think_time: String,
+    /// Which replies earlier turns carry.
+    #[arg(long, value_enum, default_value = "engine")]
+    history: HistoryArg,
+    /// Measured sessions to run (default: each session of the file once; synthesis: 16).
+    #[arg(long, value_parser = positive_u64)]
+    num_sessions: Option<u64>,
+    /// Keep at most this many turns of each session.
+    #[arg(long, value_parser = positive_usize)]
+    max_turns: Option<usize>,
+    /// `stress`: unique random-token prompts (prefix caching defeated), ignore_eos and
+    /// min_tokens = max_tokens; summary.json reports the share with the planned length.
+    #[arg(long, value_enum, default_value = "normal")]
+    mode: ModeArg,
+    /// POST to this path of the server (e.g. /reset_prefix_cache for vLLM, /flush_cache for
+    /// SGLang) after the warmup, before the measured phase; the run fails if it fails.
+    #[arg(long)]
+    reset_prefix_cache: Option<String>,
 
     /// Mean prompt length in tokens (synthetic prompts).
     /// [default: 128, or the profile's]
@@ -335,6 +420,10 @@ struct Recorded<'a> {
     api_key_given: bool,
     extra_header_names: Vec<&'a str>,
     simulator: Option<serde_json::Value>,
+    mode: ModeArg,
+    reset_prefix_cache: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sessions: Option<serde_json::Value>,
 }
 
 fn default_output_dir() -> PathBuf {
@@ -403,7 +492,7 @@ pub fn main(mut a: RunArgs) -> Result<ExitCode> {
         (None, Some(name)) => Some(profiles::find(name).context("--profile")?),
         _ => None,
     };
-    if let Some(p) = &profile {
+    if let Some(p) = profile.as_ref().filter(|p| !p.is_multiturn()) {
         a.input_len = a.input_len.or(Some(p.input_len));
         a.input_len_stddev = a.input_len_stddev.or(Some(p.input_stddev));
         a.output_len = a.output_len.or(Some(p.output_len));
@@ -454,12 +543,60 @@ pub fn main(mut a: RunArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(run(a, trace_rows, slos, extra_body, out_dir, threads))
+    rt.block_on(run(a, trace_rows, profile, slos, extra_body, out_dir, threads))
+}
+
+/// Parse a duration given as `200ms`, `2s` or a bare number of milliseconds.
+fn ms_of(s: &str) -> Result<f64> {
+    let s = s.trim();
+    if let Ok(v) = s.parse::<f64>() {
+        if v.is_finite() && v >= 0.0 {
+            return Ok(v);
+        }
+    }
+    parse_duration(s)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .with_context(|| format!("{s:?} is not a duration (e.g. 0, 200ms, 2s)"))
+}
+
+/// `--think-time`: 0, 200ms, exp:2s, uniform:500ms-3s, recorded[:FALLBACK].
+fn parse_think(s: &str) -> Result<ThinkTime> {
+    let ctx = || {
+        format!("--think-time {s:?}: expected 0, 200ms, exp:MEAN, uniform:MIN-MAX or recorded[:FALLBACK]")
+    };
+    let draw = |s: &str| -> Result<Draw> {
+        if let Some(m) = s.strip_prefix("exp:") {
+            let mean = ms_of(m)?;
+            if mean <= 0.0 {
+                bail!("the mean must be positive");
+            }
+            return Ok(Draw::Exponential { mean });
+        }
+        if let Some(r) = s.strip_prefix("uniform:") {
+            let (a, b) = r.split_once('-').context("expected MIN-MAX")?;
+            let (min, max) = (ms_of(a)?, ms_of(b)?);
+            if min > max {
+                bail!("MIN is above MAX");
+            }
+            return Ok(Draw::Uniform { min, max });
+        }
+        Ok(Draw::Fixed { value: ms_of(s)? })
+    };
+    if let Some(rest) = s.strip_prefix("recorded") {
+        let fallback = match rest.strip_prefix(':') {
+            Some(f) => draw(f).with_context(ctx)?,
+            None if rest.is_empty() => Draw::Fixed { value: 0.0 },
+            None => bail!("{}", ctx()),
+        };
+        return Ok(ThinkTime::Recorded { fallback });
+    }
+    Ok(ThinkTime::Draw(draw(s).with_context(ctx)?))
 }
 
 async fn run(
     a: RunArgs,
     trace_rows: Option<Vec<quetta_workload::trace::TraceRequest>>,
+    profile: Option<profiles::Profile>,
     slos: Option<SloSet>,
     extra_body: BTreeMap<String, serde_json::Value>,
     out_dir: PathBuf,
@@ -471,7 +608,20 @@ async fn run(
         Some(t) => Some(Arc::new(resolve_tokenizer(t).await?)),
         None => None,
     };
+    let multiturn =
+        a.sessions.is_some() || profile.as_ref().is_some_and(profiles::Profile::is_multiturn);
+    if a.mode == ModeArg::Stress
+        && (multiturn || a.trace.is_some() || a.dataset.is_some() || a.workload.is_some())
+    {
+        bail!("--mode stress builds its own unique random-token prompts: drop --sessions, --trace, --dataset, --workload and multi-turn or trace profiles");
+    }
+    if !multiturn
+        && (a.session_rate.is_some() || a.session_concurrency.is_some() || a.num_sessions.is_some())
+    {
+        bail!("--session-rate, --session-concurrency and --num-sessions apply to multi-turn runs (--sessions or a multi-turn profile)");
+    }
     if a.max_concurrency.is_some()
+        && !multiturn
         && a.trace.is_none()
         && a.request_rate.is_none()
         && trace_offsets_expected(&a)
@@ -574,11 +724,22 @@ async fn run(
                 seed: a.seed,
             };
             spec.validate().context("synthetic workload")?;
-            match &tokenizer {
-                Some(t) => Box::new(ExactSynthetic::new(spec, t.clone(), a.token_ids)),
-                None => Box::new(spec),
+            match (&tokenizer, a.mode) {
+                (t, ModeArg::Stress) => {
+                    notes.push("stress mode: every prompt is unique from its first token (no prefix-cache hits), and ignore_eos with min_tokens = max_tokens asks for exactly the planned output length".into());
+                    Box::new(StressWorkload::new(spec, t.clone(), a.token_ids))
+                }
+                (Some(t), ModeArg::Normal) => {
+                    Box::new(ExactSynthetic::new(spec, t.clone(), a.token_ids))
+                }
+                (None, ModeArg::Normal) => Box::new(spec),
             }
         }
+    };
+    let sessions = if multiturn {
+        Some(session_source(&a, profile.as_ref(), tokenizer.clone(), &mut notes)?)
+    } else {
+        None
     };
     let (load, load_name) = match (&trace_offsets, a.request_rate, a.concurrency) {
         (Some(offsets), _, _) => (
@@ -635,17 +796,26 @@ async fn run(
         slos: slos.clone(),
         stream: !a.no_stream,
         ignore_eos: a.ignore_eos,
-        exact_output_length: a.exact_output_length,
+        exact_output_length: a.exact_output_length || a.mode == ModeArg::Stress,
         sampling: Sampling { temperature: a.temperature, top_p: a.top_p, seed: None },
         extra_body,
         extra_headers: a.headers.clone(),
         capture_text: false,
         retries: a.retries,
         retry_backoff: a.retry_backoff,
+        before_measured: None,
+    };
+    let session_cfg = match &sessions {
+        Some((_, distinct)) => Some(session_config(&a, *distinct)?),
+        None => None,
     };
     if a.dry_run {
+        if let (Some((src, _)), Some(sc)) = (sessions, &session_cfg) {
+            return Ok(dry_run_sessions(src, sc, &notes));
+        }
         return dry_run(&a, workload, &cfg, &notes);
     }
+    let mut cfg = cfg;
     // Target: the given server, or the embedded simulator.
     let (sim, base_url) = match &a.base_url {
         Some(u) => (None, u.clone()),
@@ -703,6 +873,29 @@ async fn run(
         idle: a.idle_timeout,
         total: a.request_timeout,
     };
+    if let Some(path) = &a.reset_prefix_cache {
+        let url = format!("{}/{}", base_url.trim_end_matches('/'), path.trim_start_matches('/'));
+        let key = a.api_key.clone().filter(|k| !k.is_empty());
+        let insecure = a.insecure;
+        cfg.before_measured = Some(quetta_loadgen::BeforeMeasured(Arc::new(move || {
+            let url = url.clone();
+            let key = key.clone();
+            Box::pin(async move {
+                quetta_openai::fetch::post_empty(
+                    &url,
+                    key.as_deref(),
+                    insecure,
+                    Duration::from_secs(30),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("--reset-prefix-cache: POST {url} failed: {e}"))
+            })
+        })));
+        notes.push(format!(
+            "the server's prefix cache was reset (POST {path}) before the measured phase"
+        ));
+    }
     let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
     let backend = engine.name().to_owned();
     let engine: Arc<dyn Engine> = Arc::new(engine);
@@ -743,6 +936,24 @@ async fn run(
         simulator: sim
             .as_ref()
             .map(|_| serde_json::json!({"ttft_ms": a.sim_ttft_ms, "itl_ms": a.sim_itl_ms})),
+        mode: a.mode,
+        reset_prefix_cache: a.reset_prefix_cache.as_deref(),
+        sessions: session_cfg.as_ref().map(|_| {
+            serde_json::json!({
+                "source": a.sessions.as_ref().map_or_else(
+                    || a.profile.clone().unwrap_or_default(),
+                    |p| p.display().to_string()
+                ),
+                "format": a.sessions.as_ref().map(|_| a.session_format),
+                "session_concurrency": (a.session_rate.is_none()).then(|| a.session_concurrency.unwrap_or(8)),
+                "session_rate": a.session_rate,
+                "pacing": a.pacing,
+                "think_time": a.think_time,
+                "history": a.history,
+                "num_sessions": a.num_sessions,
+                "max_turns": a.max_turns,
+            })
+        }),
     };
     let config_json = serde_json::to_value(&recorded)?;
 
@@ -786,24 +997,44 @@ async fn run(
     }
     let progress =
         (!a.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(control.clone()));
-    let outcome = quetta_loadgen::run(
-        engine,
-        workload,
-        cfg,
-        Some(Box::new(JsonlSink::new(file))),
-        vec![],
-        control.clone(),
-    )
-    .await
-    .context("the run")?;
+    let sink = Some(Box::new(JsonlSink::new(file)) as Box<dyn quetta_loadgen::RecordSink>);
+    let (outcome, session_counts) = match (sessions, session_cfg) {
+        (Some((src, _)), Some(sc)) => {
+            let (o, c) =
+                quetta_loadgen::run_sessions(engine, src, cfg, sc, sink, vec![], control.clone())
+                    .await
+                    .context("the run")?;
+            (o, Some(c))
+        }
+        _ => (
+            quetta_loadgen::run(engine, workload, cfg, sink, vec![], control.clone())
+                .await
+                .context("the run")?,
+            None,
+        ),
+    };
     if let Some(p) = progress {
         p.abort();
         eprint!("\r\x1b[2K");
     }
     drop(sim);
 
-    let summary =
+    let mut summary =
         build_summary(&a, outcome, config_json, &base_url, &model, &backend, notes, threads);
+    if let Some(c) = session_counts {
+        if c.failed > 0 {
+            summary.notes.push(format!(
+                "{} sessions ended at a failed turn (a failed turn ends its session)",
+                c.failed
+            ));
+        }
+        summary.sessions = Some(quetta_report::SessionsSummary {
+            started: c.started,
+            completed: c.completed,
+            failed: c.failed,
+            truncated: c.truncated,
+        });
+    }
     let json = serde_json::to_string_pretty(&summary)?;
     let sum_path = out_dir.join("summary.json");
     fs::write(&sum_path, json + "\n")
@@ -909,8 +1140,120 @@ fn build_summary(
         metrics,
         client: crate::sysinfo::client_stats(threads),
         notes,
+        sessions: None,
         aggregate: o.aggregate,
     }
+}
+
+/// The session source of a multi-turn run (from --sessions or a multi-turn profile) and how
+/// many distinct sessions it holds.
+#[allow(clippy::type_complexity)]
+fn session_source(
+    a: &RunArgs,
+    profile: Option<&profiles::Profile>,
+    tokenizer: Option<Arc<Tokenizer>>,
+    notes: &mut Vec<String>,
+) -> Result<(Box<dyn SessionSource>, Option<u64>)> {
+    let opts = LoadOptions {
+        tokenizer: tokenizer.as_deref(),
+        output_len: a.output_len,
+        max_turns: a.max_turns,
+    };
+    let list = match (&a.sessions, profile) {
+        (Some(path), _) => match a.session_format {
+            SessionFormat::Sharegpt => load_sessions_sharegpt(path, opts)?,
+            SessionFormat::TurnsJsonl => load_turns_jsonl(path, opts)?,
+            SessionFormat::Synth => {
+                let spec = SessionSynthSpec::load(path)?;
+                if tokenizer.is_none() {
+                    notes.push("no --tokenizer: synthesised turn lengths are counted as words (an estimate)".into());
+                }
+                return Ok((Box::new(SessionSynth::new(spec, a.seed, tokenizer)), None));
+            }
+        },
+        (None, Some(p)) => p.sessions(opts).context("--profile")?.unwrap_or_default(),
+        (None, None) => Vec::new(),
+    };
+    if list.is_empty() {
+        bail!("the session source holds no session with a user turn");
+    }
+    let n = list.len() as u64;
+    let turns: usize = list.iter().map(|s| s.turns.len()).sum();
+    notes.push(format!(
+        "the session source holds {n} sessions ({turns} turns); history carries the {} replies",
+        match a.history {
+            HistoryArg::Engine => "engine's own",
+            HistoryArg::Recorded => "recorded",
+        }
+    ));
+    // A session count beyond the file's repeats it (with unique session ids).
+    let cycle = a.num_sessions.is_some_and(|k| k > n) || a.duration.is_some();
+    Ok((Box::new(SessionList { sessions: list, cycle }), Some(n)))
+}
+
+fn session_config(a: &RunArgs, distinct: Option<u64>) -> Result<SessionConfig> {
+    let pacing = match (a.session_rate, a.pacing) {
+        (Some(rate), _) => {
+            let arrival = match (a.burstiness, a.arrival) {
+                (Some(b), _) => Arrival::Gamma { burstiness: b },
+                (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
+                (None, ArrivalArg::Poisson) => Arrival::Poisson,
+                (None, ArrivalArg::Constant) => Arrival::Constant,
+            };
+            Pacing::Open { rate, arrival }
+        }
+        (None, PacingArg::PerSession) => {
+            Pacing::PerSession { sessions: a.session_concurrency.unwrap_or(8) }
+        }
+        (None, PacingArg::Interleaved) => {
+            Pacing::Interleaved { sessions: a.session_concurrency.unwrap_or(8) }
+        }
+    };
+    Ok(SessionConfig {
+        pacing,
+        think: parse_think(&a.think_time)?,
+        history: match a.history {
+            HistoryArg::Engine => History::Engine,
+            HistoryArg::Recorded => History::Recorded,
+        },
+        max_concurrency: a.max_concurrency,
+        // Synthesis never runs out: 16 sessions unless told otherwise.
+        num_sessions: a.num_sessions.or(if distinct.is_none() && a.duration.is_none() {
+            Some(16)
+        } else {
+            None
+        }),
+    })
+}
+
+fn dry_run_sessions(
+    mut src: Box<dyn SessionSource>,
+    sc: &SessionConfig,
+    notes: &[String],
+) -> ExitCode {
+    let n = sc.num_sessions.or(src.distinct()).unwrap_or(16);
+    println!("dry run: nothing will be sent");
+    println!("pacing     {:?}, think time {:?}", sc.pacing, sc.think);
+    let (mut turns, mut new_tokens, mut out) = (0usize, 0u64, 0u64);
+    for i in 0..n {
+        let Some(s) = src.session(i) else { break };
+        if i < 5 {
+            println!(
+                "session    {:<14} {} turns, new prompt tokens {:?}",
+                s.id,
+                s.turns.len(),
+                s.turns.iter().map(|t| t.new_tokens).collect::<Vec<_>>()
+            );
+        }
+        turns += s.turns.len();
+        new_tokens += s.turns.iter().map(|t| u64::from(t.new_tokens)).sum::<u64>();
+        out += s.turns.iter().map(|t| u64::from(t.max_tokens)).sum::<u64>();
+    }
+    println!("sessions   {n}, {turns} turns, {new_tokens} new prompt tokens, {out} planned output tokens");
+    for note in notes {
+        println!("note       {note}");
+    }
+    ExitCode::SUCCESS
 }
 
 fn spawn_progress(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {

@@ -529,3 +529,149 @@ fn wait_for_records(jsonl: &Path, n: usize, t0: std::time::Instant) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn multiturn_profile_reports_per_turn_figures() {
+    let d = tmpdir("multiturn");
+    let o = run(&[
+        "run",
+        "--profile",
+        "mtbench-2turn",
+        "--num-sessions",
+        "6",
+        "--session-concurrency",
+        "3",
+        "--output-len",
+        "24",
+        "--think-time",
+        "20ms",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("turn") && out.contains("hit %"), "the per-turn table: {out}");
+    assert!(out.contains("6 started: 6 completed"), "{out}");
+    let s = summary(&d);
+    let errors: Vec<String> =
+        schema().iter_errors(&s).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "summary.json violates its schema: {errors:?}");
+    assert_eq!(s["completed"], 12);
+    let turns = s["per_turn"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["turn"], 1);
+    assert_eq!(turns[1]["completed"], 6);
+    assert_eq!(turns[1]["cached_token_source"], "usage");
+    // turn 2 carries turn 1's prompt and reply: the simulator serves most of it from cache
+    let hit = turns[1]["cache_hit_rate"].as_f64().unwrap();
+    assert!(hit > 0.5, "turn-2 cache hit rate {hit}");
+    assert_eq!(s["sessions"]["completed"], 6);
+    assert_eq!(s["config"]["sessions"]["think_time"], "20ms");
+    let lines = std::fs::read_to_string(d.join("requests.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> =
+        lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 12);
+    assert!(recs.iter().all(|r| r["session_id"].is_string() && r["turn"].is_number()));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tool_call_sessions_from_a_file_and_bad_session_flags() {
+    let d = tmpdir("agent");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/conversations/glaive_toolcall_en_demo_100.json"
+    );
+    let o = run(&[
+        "run",
+        "--sessions",
+        file,
+        "--num-sessions",
+        "5",
+        "--max-turns",
+        "3",
+        "--session-rate",
+        "20",
+        "--max-concurrency",
+        "2",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d);
+    assert!(schema().is_valid(&s));
+    assert_eq!(s["sessions"]["started"], 5);
+    assert!(s["per_turn"].as_array().unwrap().len() <= 3);
+    for (args, want) in [
+        (vec!["--think-time", "soon"], "--think-time"),
+        (vec!["--think-time", "uniform:3s-1s"], "MIN is above MAX"),
+        (vec!["--session-rate", "5", "--input-len", "4"], "multi-turn"),
+        (vec!["--mode", "stress", "--profile", "chat-multiturn"], "stress"),
+    ] {
+        let mut a = vec!["run", "--num-requests", "2"];
+        if !args.contains(&"--session-rate") && !args.contains(&"--profile") {
+            a.extend(["--sessions", file]);
+        }
+        a.extend(args.iter().copied());
+        a.extend(["--overwrite", "--output-dir", d.to_str().unwrap()]);
+        let o = run(&a);
+        assert!(!o.status.success(), "{a:?} should fail");
+        assert!(text(&o).contains(want), "{a:?}: {}", text(&o));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn stress_mode_gets_the_planned_output_length_and_resets_the_cache() {
+    // A simulator whose model stops early (1..=8 tokens) unless asked to ignore EOS.
+    let sim = quetta_sim::Simulator::start(quetta_sim::SimConfig {
+        ttft: std::time::Duration::from_millis(2),
+        itl: std::time::Duration::from_millis(1),
+        output_len: quetta_sim::OutputLen::Uniform { min: 1, max: 8 },
+        ..quetta_sim::SimConfig::default()
+    })
+    .unwrap();
+    let url = sim.base_url();
+    let d = tmpdir("stress");
+    let go = |extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            "--base-url",
+            &url,
+            "--num-requests",
+            "40",
+            "--concurrency",
+            "4",
+            "--input-len",
+            "48",
+            "--output-len",
+            "24",
+            "--overwrite",
+            "--quiet",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ];
+        a.extend(extra);
+        run(&a)
+    };
+    let o = go(&["--mode", "stress", "--reset-prefix-cache", "/reset_prefix_cache"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d);
+    assert!(schema().is_valid(&s));
+    assert_eq!(s["osl_hit_rate"], 1.0, "{}", text(&o));
+    assert_eq!(s["total_cached_tokens"], 0, "stress prompts share no prefix");
+    assert!(s["notes"].to_string().contains("prefix cache was reset"));
+    // the same without stress mode: the model stops early, and the summary says so
+    let o = go(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let hit = summary(&d)["osl_hit_rate"].as_f64().unwrap();
+    assert!(hit < 0.5, "without ignore_eos the simulated model stops early: {hit}");
+    // a reset endpoint the server does not have fails the run, clearly
+    let o = go(&["--mode", "stress", "--reset-prefix-cache", "/no_such_endpoint"]);
+    assert!(!o.status.success());
+    let out = text(&o);
+    assert!(out.contains("/no_such_endpoint") && out.contains("404"), "{out}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -59,6 +59,13 @@ struct Args {
     /// bad-json, invalid-utf8, huge-event, no-done, no-usage, error-event.
     #[arg(long = "fault")]
     faults: Vec<quetta_sim::faults::FaultRule>,
+    /// Prefix-cache capacity in blocks (0 turns the prefix cache off). Cached prompt tokens
+    /// cost no prefill time and are reported in usage.prompt_tokens_details.cached_tokens.
+    #[arg(long, default_value_t = 65_536)]
+    prefix_cache_blocks: usize,
+    /// Tokens per prefix-cache block.
+    #[arg(long, default_value_t = 16)]
+    prefix_block_tokens: u32,
 }
 
 fn ms(v: f64, flag: &str) -> Result<Duration> {
@@ -109,6 +116,8 @@ fn main() -> Result<()> {
         keep_records: false,
         worker_threads: a.threads,
         faults: a.faults,
+        prefix_cache_blocks: a.prefix_cache_blocks,
+        prefix_block_tokens: a.prefix_block_tokens.max(1),
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
     println!("quetta-sim listening on {} (Ctrl-C to stop)", sim.base_url());

@@ -21,8 +21,13 @@
 
 mod recorder;
 mod runner;
+mod sessions;
+mod timer;
 mod worker;
 
 pub use recorder::{JsonlSink, Observer, RecordSink};
-pub use runner::{run, Load, Progress, RunConfig, RunControl, RunError, RunOutcome};
+pub use runner::{
+    run, BeforeMeasured, Load, Progress, RunConfig, RunControl, RunError, RunOutcome,
+};
+pub use sessions::{run_sessions, History, Pacing, SessionConfig, SessionCounts, ThinkTime};
 pub use worker::{execute, observe};

@@ -27,6 +27,27 @@ pub enum Load {
     Scheduled { offsets: std::sync::Arc<Vec<Duration>>, max_concurrency: Option<usize> },
 }
 
+/// The future a [`BeforeMeasured`] hook returns.
+pub type HookFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
+/// An action run once between the warmup and the measured phase (e.g. resetting the
+/// server's prefix cache); its error stops the run.
+#[derive(Clone)]
+pub struct BeforeMeasured(pub Arc<dyn Fn() -> HookFuture + Send + Sync>);
+
+impl std::fmt::Debug for BeforeMeasured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeMeasured(..)")
+    }
+}
+
+impl BeforeMeasured {
+    pub(crate) async fn call(&self) -> Result<(), RunError> {
+        (self.0)().await.map_err(RunError::BeforeMeasured)
+    }
+}
+
 /// What one run does.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -60,6 +81,8 @@ pub struct RunConfig {
     /// First wait before a retry; it doubles with each attempt (at most 30 s), and a
     /// server's `Retry-After` takes precedence.
     pub retry_backoff: Duration,
+    /// Run after the warmup, before the measured phase starts.
+    pub before_measured: Option<BeforeMeasured>,
 }
 
 impl RunConfig {
@@ -82,6 +105,7 @@ impl RunConfig {
             capture_text: false,
             retries: 0,
             retry_backoff: Duration::from_millis(500),
+            before_measured: None,
         }
     }
 
@@ -114,7 +138,7 @@ impl RunConfig {
         Ok(())
     }
 
-    fn engine_request(&self, id: u64, p: PlannedRequest) -> EngineRequest {
+    pub(crate) fn engine_request(&self, id: u64, p: PlannedRequest) -> EngineRequest {
         let mut r = EngineRequest::new(id, p.prompt);
         r.max_tokens = Some(p.max_tokens);
         r.stream = self.stream;
@@ -138,6 +162,8 @@ pub enum RunError {
     Config(String),
     #[error("the workload has no request {0}")]
     WorkloadExhausted(u64),
+    #[error("before the measured phase: {0}")]
+    BeforeMeasured(String),
 }
 
 /// Live counters, readable at any time (progress bars).
@@ -152,7 +178,7 @@ pub struct Progress {
 
 impl Progress {
     /// A request has ended: deliver its observation and count it.
-    fn account(&self, g: Guard) {
+    pub(crate) fn account(&self, g: Guard) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         if g.finish() {
             self.completed.fetch_add(1, Ordering::Relaxed);
@@ -215,12 +241,13 @@ pub struct RunOutcome {
     pub run_start: Instant,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     engine: Arc<dyn Engine>,
-    cfg: RunConfig,
-    control: Arc<RunControl>,
-    workload: Mutex<Box<dyn Workload>>,
-    outstanding: AtomicU64,
+    pub(crate) cfg: RunConfig,
+    pub(crate) control: Arc<RunControl>,
+    /// The request workload (`None` for session runs, whose source lives elsewhere).
+    workload: Mutex<Option<Box<dyn Workload>>>,
+    pub(crate) outstanding: AtomicU64,
     idle: Notify,
     /// Tasks that may still be running, aborted when the drain timeout expires.
     tasks: Mutex<Vec<AbortHandle>>,
@@ -228,16 +255,74 @@ struct Shared {
 }
 
 impl Shared {
+    pub(crate) fn new(
+        engine: Arc<dyn Engine>,
+        cfg: RunConfig,
+        control: Arc<RunControl>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            engine,
+            cfg,
+            control,
+            workload: Mutex::new(None),
+            outstanding: AtomicU64::new(0),
+            idle: Notify::new(),
+            tasks: Mutex::new(Vec::new()),
+            exhausted: AtomicBool::new(false),
+        })
+    }
+
     fn next_request(&self, index: u64) -> Option<PlannedRequest> {
-        let p =
-            self.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner).request(index);
+        let p = self
+            .workload
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+            .and_then(|w| w.request(index));
         if p.is_none() {
             self.exhausted.store(true, Ordering::SeqCst);
         }
         p
     }
 
-    fn track(&self, h: AbortHandle) {
+    /// Give the tasks in flight `timeout` to finish, then cancel the rest (recorded as
+    /// cancelled). Returns how many were cancelled.
+    pub(crate) async fn drain(&self, timeout: Duration) -> u64 {
+        if self.wait_idle(Some(Instant::now() + timeout)).await {
+            return 0;
+        }
+        let n = self.outstanding.load(Ordering::SeqCst);
+        self.cancel_all();
+        self.wait_idle(None).await;
+        n
+    }
+
+    /// Wait until every task has ended, the run is stopped, or the deadline has passed.
+    pub(crate) async fn idle_or_stop(&self, deadline: Option<Instant>) {
+        let stop_or_deadline = async {
+            loop {
+                let notified = self.control.notify.notified();
+                if self.control.stopped() {
+                    return;
+                }
+                match deadline {
+                    Some(d) => {
+                        tokio::select! {
+                            () = notified => {}
+                            () = tokio::time::sleep_until(d.into()) => return,
+                        }
+                    }
+                    None => notified.await,
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.wait_idle(None) => {}
+            () = stop_or_deadline => {}
+        }
+    }
+
+    pub(crate) fn track(&self, h: AbortHandle) {
         let mut t = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Finished tasks' handles pin their task cells: prune them as the list doubles.
         if t.len() >= 1024 && t.len().is_power_of_two() {
@@ -253,7 +338,7 @@ impl Shared {
         }
     }
 
-    fn task_done(&self) {
+    pub(crate) fn task_done(&self) {
         if self.outstanding.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.idle.notify_waiters();
         }
@@ -297,7 +382,12 @@ fn retryable(o: &Observation) -> bool {
 /// Send a request, and again after retryable failures when the run allows retries. The
 /// observation ends as the last attempt's, with `attempts` and the earlier errors recorded;
 /// `started` and `intended` stay the first's, so latency from the intended time covers all.
-async fn attempt(sh: &Shared, req: EngineRequest, run_start: Instant, o: &mut Observation) {
+pub(crate) async fn attempt(
+    sh: &Shared,
+    req: EngineRequest,
+    run_start: Instant,
+    o: &mut Observation,
+) {
     if sh.cfg.retries == 0 {
         observe(sh.engine.as_ref(), req, run_start, o).await;
         return;
@@ -347,7 +437,7 @@ async fn attempt(sh: &Shared, req: EngineRequest, run_start: Instant, o: &mut Ob
 }
 
 /// Marks a task finished when it ends, aborted or not.
-struct Done(Arc<Shared>);
+pub(crate) struct Done(pub(crate) Arc<Shared>);
 
 impl Drop for Done {
     fn drop(&mut self) {
@@ -365,16 +455,8 @@ pub async fn run(
     control: Arc<RunControl>,
 ) -> Result<RunOutcome, RunError> {
     cfg.validate()?;
-    let sh = Arc::new(Shared {
-        engine,
-        cfg: cfg.clone(),
-        control: control.clone(),
-        workload: Mutex::new(workload),
-        outstanding: AtomicU64::new(0),
-        idle: Notify::new(),
-        tasks: Mutex::new(Vec::new()),
-        exhausted: AtomicBool::new(false),
-    });
+    let sh = Shared::new(engine, cfg.clone(), control.clone());
+    *sh.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(workload);
 
     // Warmup: same load shape, results discarded (counted only).
     let (mut warm_ok, mut warm_fail) = (0, 0);
@@ -387,10 +469,7 @@ pub async fn run(
         };
         let (tx, rx) = mpsc::channel::<Observation>();
         closed_loop(&sh, 0, Some(cfg.warmup), None, conc, Instant::now(), tx).await;
-        if !sh.wait_idle(Some(Instant::now() + cfg.drain_timeout)).await {
-            sh.cancel_all();
-            sh.wait_idle(None).await;
-        }
+        sh.drain(cfg.drain_timeout).await;
         for o in rx.try_iter() {
             if o.error.is_none() {
                 warm_ok += 1;
@@ -401,6 +480,9 @@ pub async fn run(
         control.progress.warmup_done.store(warm_ok + warm_fail, Ordering::Relaxed);
     }
 
+    if let Some(h) = &cfg.before_measured {
+        h.call().await?;
+    }
     let (tx, rx) = mpsc::channel::<Observation>();
     let rec = recorder::spawn(rx, sink, observers, cfg.slos.clone());
     let started_at = SystemTime::now();
@@ -442,13 +524,20 @@ pub async fn run(
             Some(n)
         }
     };
+    Ok(finish_run(&sh, rec, planned, started_at, run_start, (warm_ok, warm_fail)).await)
+}
+
+/// End a run: drain, join the recorder and put the outcome together.
+pub(crate) async fn finish_run(
+    sh: &Shared,
+    rec: std::thread::JoinHandle<recorder::RecorderResult>,
+    planned: Option<u64>,
+    started_at: SystemTime,
+    run_start: Instant,
+    (warm_ok, warm_fail): (u64, u64),
+) -> RunOutcome {
     // Drain: requests in flight get the drain timeout, then are cancelled (and recorded).
-    let mut cancelled_in_drain = 0;
-    if !sh.wait_idle(Some(Instant::now() + cfg.drain_timeout)).await {
-        cancelled_in_drain = sh.outstanding.load(Ordering::SeqCst);
-        sh.cancel_all();
-        sh.wait_idle(None).await;
-    }
+    let cancelled_in_drain = sh.drain(sh.cfg.drain_timeout).await;
     let r = tokio::task::spawn_blocking(move || rec.join().expect("recorder thread"))
         .await
         .expect("join recorder");
@@ -457,20 +546,20 @@ pub async fn run(
         (Some(a), Some(b)) if b > a && r.sent > 1 => Some((r.sent - 1) as f64 / ((b - a) / 1e3)),
         _ => None,
     };
-    Ok(RunOutcome {
+    RunOutcome {
         aggregate: r.aggregate,
         planned,
         dispatched,
         sent: r.sent,
         warmup_completed: warm_ok,
         warmup_failed: warm_fail,
-        interrupted: control.stopped() || sh.exhausted.load(Ordering::SeqCst),
+        interrupted: sh.control.stopped() || sh.exhausted.load(Ordering::SeqCst),
         sink_error: r.sink_error,
         started_at,
         achieved_send_rate,
         cancelled_in_drain,
         run_start,
-    })
+    }
 }
 
 /// Closed loop over workload indices `first..first+count` (or until the deadline).
@@ -518,32 +607,12 @@ async fn closed_loop(
     drop(tx);
     // Return when every worker has ended, or at the deadline, or on stop; requests still
     // in flight are the caller's to drain.
-    let stop_or_deadline = async {
-        loop {
-            let notified = sh.control.notify.notified();
-            if sh.control.stopped() {
-                return;
-            }
-            match deadline {
-                Some(d) => {
-                    tokio::select! {
-                        () = notified => {}
-                        () = tokio::time::sleep_until(d.into()) => return,
-                    }
-                }
-                None => notified.await,
-            }
-        }
-    };
-    tokio::select! {
-        _ = sh.wait_idle(None) => {}
-        () = stop_or_deadline => {}
-    }
+    sh.idle_or_stop(deadline).await;
 }
 
 /// Sleep until `target` on the OS timer, then spin the last few microseconds. Wakes at
 /// least every 50 ms to notice a stop.
-fn sleep_until(target: Instant, control: &RunControl) {
+pub(crate) fn sleep_until(target: Instant, control: &RunControl) {
     const SPIN: Duration = Duration::from_micros(60);
     const SLICE: Duration = Duration::from_millis(50);
     loop {

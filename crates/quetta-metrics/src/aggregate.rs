@@ -5,7 +5,7 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::{RequestRecord, SloSet, TokenSource};
+use crate::{CachedSource, RequestRecord, SloSet, TokenSource};
 
 /// The distributions an [`Aggregate`] keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -136,6 +136,120 @@ impl Dist {
     }
 }
 
+/// The per-turn part of an [`Aggregate`] (multi-turn runs).
+#[derive(Debug, Clone, Default)]
+struct TurnAgg {
+    ttft: Dist,
+    tpot: Dist,
+    e2e: Dist,
+    completed: u64,
+    failed: u64,
+    input_tokens: u64,
+    /// Cached tokens of completed requests, by where the count came from.
+    cached: BTreeMap<CachedSource, (u64, u64)>,
+    /// Input tokens of the completed requests that had a cached count, by source.
+    cached_input: BTreeMap<CachedSource, u64>,
+}
+
+impl TurnAgg {
+    fn add(&mut self, r: &RequestRecord) {
+        if !r.ok() {
+            self.failed += 1;
+            return;
+        }
+        self.completed += 1;
+        for (d, v) in
+            [(&mut self.ttft, r.ttft_ms), (&mut self.tpot, r.tpot_ms), (&mut self.e2e, r.e2e_ms)]
+        {
+            if let Some(v) = v {
+                d.add(v);
+            }
+        }
+        let input = r.input_tokens.unwrap_or(0);
+        self.input_tokens += input;
+        if let Some((n, src)) = r.cached() {
+            let e = self.cached.entry(src).or_default();
+            e.0 += if input > 0 { n.min(input) } else { n };
+            e.1 += 1;
+            *self.cached_input.entry(src).or_default() += input;
+        }
+    }
+
+    fn merge(&mut self, o: &TurnAgg) {
+        self.ttft.merge(&o.ttft);
+        self.tpot.merge(&o.tpot);
+        self.e2e.merge(&o.e2e);
+        self.completed += o.completed;
+        self.failed += o.failed;
+        self.input_tokens += o.input_tokens;
+        for (k, v) in &o.cached {
+            let e = self.cached.entry(*k).or_default();
+            e.0 += v.0;
+            e.1 += v.1;
+        }
+        for (k, v) in &o.cached_input {
+            *self.cached_input.entry(*k).or_default() += v;
+        }
+    }
+
+    fn summary(&self, turn: u32, extra: &[f64]) -> TurnSummary {
+        let mean = |sum: u64, n: u64| (n > 0).then(|| round3(sum as f64 / n as f64));
+        // The server's count wins wherever some requests of the turn have it.
+        let src = if self.cached.contains_key(&CachedSource::Usage) {
+            Some(CachedSource::Usage)
+        } else if self.cached.contains_key(&CachedSource::Estimate) {
+            Some(CachedSource::Estimate)
+        } else {
+            None
+        };
+        let (cached_sum, cached_n) =
+            src.and_then(|s| self.cached.get(&s).copied()).unwrap_or((0, 0));
+        let cached_input = src.and_then(|s| self.cached_input.get(&s).copied()).unwrap_or(0);
+        TurnSummary {
+            turn,
+            completed: self.completed,
+            failed: self.failed,
+            ttft_ms: self.ttft.stats(extra),
+            tpot_ms: self.tpot.stats(extra),
+            e2e_ms: self.e2e.stats(extra),
+            input_tokens_mean: mean(self.input_tokens, self.completed),
+            cached_tokens_mean: mean(cached_sum, cached_n),
+            new_prefill_tokens_mean: (cached_n > 0)
+                .then(|| round3(cached_input.saturating_sub(cached_sum) as f64 / cached_n as f64)),
+            cache_hit_rate: (cached_input > 0)
+                .then(|| round3(cached_sum as f64 / cached_input as f64 * 1e3) / 1e3),
+            cached_token_source: match src {
+                Some(CachedSource::Usage) => "usage",
+                Some(CachedSource::Estimate) => "estimate",
+                None => "none",
+            }
+            .into(),
+        }
+    }
+}
+
+/// One entry of `per_turn` in `summary.json`: the requests that were turn `turn` of their
+/// session. Token figures are means over completed requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnSummary {
+    /// 1-based turn index.
+    pub turn: u32,
+    pub completed: u64,
+    pub failed: u64,
+    pub ttft_ms: Stats,
+    pub tpot_ms: Stats,
+    pub e2e_ms: Stats,
+    pub input_tokens_mean: Option<f64>,
+    /// Input tokens the server had to compute: input − cached.
+    pub new_prefill_tokens_mean: Option<f64>,
+    pub cached_tokens_mean: Option<f64>,
+    /// Cached ÷ input tokens, 0..=1.
+    pub cache_hit_rate: Option<f64>,
+    /// `usage` (the server's `prompt_tokens_details.cached_tokens`), `estimate` (the
+    /// client's estimate from the previous turn) or `none`.
+    pub cached_token_source: String,
+}
+
 fn round3(v: f64) -> f64 {
     (v * 1e3).round() / 1e3
 }
@@ -199,6 +313,11 @@ pub struct Aggregate {
     /// Requests retried with `--retries`, and the extra attempts they took.
     pub retried_requests: u64,
     pub retry_attempts: u64,
+    /// Measured requests with a planned output length, and those whose output length
+    /// equalled it (`osl_hit_rate`).
+    pub osl_planned: u64,
+    pub osl_hits: u64,
+    per_turn: BTreeMap<u32, TurnAgg>,
 }
 
 impl Default for Aggregate {
@@ -250,6 +369,9 @@ pub struct MetricsSummary {
     /// Mean of (server-counted prompt tokens − planned prompt tokens) per request: the chat
     /// template and special tokens, or the error of an estimated plan. Null without usage.
     pub prompt_tokens_over_plan: Option<f64>,
+    /// Share of measured requests whose output length equalled the planned `max_tokens`,
+    /// 0..=1 (null when no request had a plan).
+    pub osl_hit_rate: Option<f64>,
     pub ttft_ms: Stats,
     pub ttfo_ms: Stats,
     pub tpot_ms: Stats,
@@ -263,6 +385,9 @@ pub struct MetricsSummary {
     pub errors: BTreeMap<String, u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<Goodput>,
+    /// Multi-turn runs: one entry per turn index, in order (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_turn: Vec<TurnSummary>,
 }
 
 fn source_label(m: &BTreeMap<TokenSource, u64>) -> String {
@@ -300,6 +425,9 @@ impl Aggregate {
             stale_connection_retries: 0,
             retried_requests: 0,
             retry_attempts: 0,
+            osl_planned: 0,
+            osl_hits: 0,
+            per_turn: BTreeMap::new(),
         }
     }
 
@@ -326,6 +454,13 @@ impl Aggregate {
         }
         self.dist(Metric::Queue).add(r.queue_ms);
         self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
+        if r.planned_output_tokens > 0 {
+            self.osl_planned += 1;
+            self.osl_hits += u64::from(r.output_matches_plan());
+        }
+        if let Some(t) = r.turn {
+            self.per_turn.entry(t).or_default().add(r);
+        }
         if let Some(slos) = &self.slos {
             let met: Vec<bool> = (0..slos.0.len()).map(|i| slos.met(i, r)).collect();
             for (i, m) in met.iter().enumerate() {
@@ -413,6 +548,11 @@ impl Aggregate {
         self.stale_connection_retries += o.stale_connection_retries;
         self.retried_requests += o.retried_requests;
         self.retry_attempts += o.retry_attempts;
+        self.osl_planned += o.osl_planned;
+        self.osl_hits += o.osl_hits;
+        for (k, t) in &o.per_turn {
+            self.per_turn.entry(*k).or_default().merge(t);
+        }
     }
 
     /// The measured window in seconds.
@@ -482,6 +622,8 @@ impl Aggregate {
             retry_attempts: self.retry_attempts,
             prompt_tokens_over_plan: (self.prompt_delta_count > 0)
                 .then(|| round3(self.prompt_delta_sum as f64 / self.prompt_delta_count as f64)),
+            osl_hit_rate: (self.osl_planned > 0)
+                .then(|| round3(self.osl_hits as f64 / self.osl_planned as f64 * 1e3) / 1e3),
             ttft_ms: s(Metric::Ttft),
             ttfo_ms: s(Metric::Ttfo),
             tpot_ms: s(Metric::Tpot),
@@ -494,6 +636,7 @@ impl Aggregate {
             e2e_from_intended_ms: s(Metric::E2eFromIntended),
             errors: self.errors.clone(),
             goodput,
+            per_turn: self.per_turn.iter().map(|(t, a)| a.summary(*t, extra_percentiles)).collect(),
         }
     }
 }
@@ -529,6 +672,24 @@ struct Wire {
     retried_requests: u64,
     #[serde(default)]
     retry_attempts: u64,
+    #[serde(default)]
+    osl_planned: u64,
+    #[serde(default)]
+    osl_hits: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    per_turn: BTreeMap<u32, WireTurn>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireTurn {
+    ttft: WireDist,
+    tpot: WireDist,
+    e2e: WireDist,
+    completed: u64,
+    failed: u64,
+    input_tokens: u64,
+    cached: BTreeMap<CachedSource, (u64, u64)>,
+    cached_input: BTreeMap<CachedSource, u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -541,23 +702,60 @@ struct WireDist {
     max: Option<f64>,
 }
 
+impl WireDist {
+    fn from_dist(d: &Dist) -> Result<Self, String> {
+        let mut buf = Vec::new();
+        V2DeflateSerializer::new().serialize(&d.hist, &mut buf).map_err(|e| format!("{e:?}"))?;
+        Ok(WireDist {
+            hdr_v2_deflate_base64: base64::engine::general_purpose::STANDARD.encode(buf),
+            count: d.count,
+            sum: d.sum,
+            sumsq: d.sumsq,
+            min: d.min.is_finite().then_some(d.min),
+            max: d.max.is_finite().then_some(d.max),
+        })
+    }
+
+    fn into_dist(self) -> Result<Dist, String> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(self.hdr_v2_deflate_base64)
+            .map_err(|e| e.to_string())?;
+        let hist: Histogram<u64> =
+            Deserializer::new().deserialize(&mut bytes.as_slice()).map_err(|e| e.to_string())?;
+        let mut h = Dist::default().hist;
+        h.add(&hist).map_err(|e| format!("{e:?}"))?;
+        Ok(Dist {
+            hist: h,
+            count: self.count,
+            sum: self.sum,
+            sumsq: self.sumsq,
+            min: self.min.unwrap_or(f64::INFINITY),
+            max: self.max.unwrap_or(f64::NEG_INFINITY),
+        })
+    }
+}
+
 impl Serialize for Aggregate {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
         let mut dists = BTreeMap::new();
         for (m, d) in Metric::ALL.iter().zip(&self.dists) {
-            let mut buf = Vec::new();
-            V2DeflateSerializer::new()
-                .serialize(&d.hist, &mut buf)
-                .map_err(serde::ser::Error::custom)?;
-            dists.insert(
-                *m,
-                WireDist {
-                    hdr_v2_deflate_base64: base64::engine::general_purpose::STANDARD.encode(buf),
-                    count: d.count,
-                    sum: d.sum,
-                    sumsq: d.sumsq,
-                    min: d.min.is_finite().then_some(d.min),
-                    max: d.max.is_finite().then_some(d.max),
+            dists.insert(*m, WireDist::from_dist(d).map_err(S::Error::custom)?);
+        }
+        let mut per_turn = BTreeMap::new();
+        for (k, t) in &self.per_turn {
+            let w = |d: &Dist| WireDist::from_dist(d).map_err(S::Error::custom);
+            per_turn.insert(
+                *k,
+                WireTurn {
+                    ttft: w(&t.ttft)?,
+                    tpot: w(&t.tpot)?,
+                    e2e: w(&t.e2e)?,
+                    completed: t.completed,
+                    failed: t.failed,
+                    input_tokens: t.input_tokens,
+                    cached: t.cached.clone(),
+                    cached_input: t.cached_input.clone(),
                 },
             );
         }
@@ -584,6 +782,9 @@ impl Serialize for Aggregate {
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
             retry_attempts: self.retry_attempts,
+            osl_planned: self.osl_planned,
+            osl_hits: self.osl_hits,
+            per_turn,
         }
         .serialize(s)
     }
@@ -598,22 +799,25 @@ impl<'de> Deserialize<'de> for Aggregate {
         }
         let mut agg = Aggregate::new(w.slos);
         for (m, wd) in w.dists {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(wd.hdr_v2_deflate_base64)
-                .map_err(D::Error::custom)?;
-            let hist: Histogram<u64> =
-                Deserializer::new().deserialize(&mut bytes.as_slice()).map_err(D::Error::custom)?;
-            let mut h = Dist::default().hist;
-            h.add(&hist).map_err(|e| D::Error::custom(format!("{e:?}")))?;
-            agg.dists[m.index()] = Dist {
-                hist: h,
-                count: wd.count,
-                sum: wd.sum,
-                sumsq: wd.sumsq,
-                min: wd.min.unwrap_or(f64::INFINITY),
-                max: wd.max.unwrap_or(f64::NEG_INFINITY),
-            };
+            agg.dists[m.index()] = wd.into_dist().map_err(D::Error::custom)?;
         }
+        for (k, t) in w.per_turn {
+            agg.per_turn.insert(
+                k,
+                TurnAgg {
+                    ttft: t.ttft.into_dist().map_err(D::Error::custom)?,
+                    tpot: t.tpot.into_dist().map_err(D::Error::custom)?,
+                    e2e: t.e2e.into_dist().map_err(D::Error::custom)?,
+                    completed: t.completed,
+                    failed: t.failed,
+                    input_tokens: t.input_tokens,
+                    cached: t.cached,
+                    cached_input: t.cached_input,
+                },
+            );
+        }
+        agg.osl_planned = w.osl_planned;
+        agg.osl_hits = w.osl_hits;
         agg.completed = w.completed;
         agg.failed = w.failed;
         agg.errors = w.errors;
@@ -699,5 +903,50 @@ mod tests {
         let json = serde_json::to_string(&a).unwrap();
         let back: Aggregate = serde_json::from_str(&json).unwrap();
         assert_eq!(back.summary(&[75.0]), s);
+    }
+
+    #[test]
+    fn per_turn_cache_and_osl() {
+        let d = Duration::from_millis;
+        let obs = |id: u64, turn: u32, cached: Option<u64>, est: Option<u64>, out: u64| {
+            RequestRecord::from_observation(Observation {
+                id,
+                turn: Some(turn),
+                sent: Some(d(0)),
+                first_token: Some(d(10)),
+                end: d(20),
+                token_chunks: 3,
+                streamed: true,
+                planned_output_tokens: 3,
+                usage: Some(Usage {
+                    prompt_tokens: Some(100),
+                    completion_tokens: Some(out),
+                    cached_tokens: cached,
+                    ..Usage::default()
+                }),
+                cached_tokens_estimate: est,
+                ..Observation::default()
+            })
+        };
+        let mut a = Aggregate::default();
+        a.add(&obs(0, 1, Some(0), None, 3));
+        a.add(&obs(1, 2, Some(64), Some(90), 3));
+        a.add(&obs(2, 2, Some(80), Some(90), 2));
+        let mut b = Aggregate::default();
+        b.add(&obs(3, 3, None, Some(50), 3));
+        a.merge(&b);
+        let back: Aggregate = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        let s = back.summary(&[]);
+        assert_eq!(s, a.summary(&[]));
+        assert_eq!(s.per_turn.len(), 3);
+        let t2 = &s.per_turn[1];
+        assert_eq!((t2.turn, t2.completed), (2, 2));
+        assert_eq!(t2.cached_token_source, "usage", "the server's count wins over the estimate");
+        assert_eq!(t2.cached_tokens_mean, Some(72.0));
+        assert_eq!(t2.new_prefill_tokens_mean, Some(28.0));
+        assert_eq!(t2.cache_hit_rate, Some(0.72));
+        assert_eq!(s.per_turn[2].cached_token_source, "estimate");
+        assert_eq!(s.per_turn[2].cached_tokens_mean, Some(50.0));
+        assert_eq!(s.osl_hit_rate, Some(0.75));
     }
 }

@@ -28,6 +28,16 @@ impl TokenSource {
     }
 }
 
+/// Where a cached-token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CachedSource {
+    /// `usage.prompt_tokens_details.cached_tokens`.
+    Usage,
+    /// Estimated by the client from the previous turn of the session.
+    Estimate,
+}
+
 /// What the load generator observed of one request. Times are offsets from the start of
 /// the measured phase, taken on the monotonic clock.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -69,6 +79,11 @@ pub struct Observation {
     pub attempts: u32,
     /// Error kinds of the attempts that were retried.
     pub retry_errors: Vec<String>,
+    /// 1-based turn index within its session (multi-turn runs).
+    pub turn: Option<u32>,
+    /// Client-side estimate of the prompt tokens a prefix cache could serve (the previous
+    /// turn's prompt and reply), for servers that do not report cached tokens.
+    pub cached_tokens_estimate: Option<u64>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -88,6 +103,9 @@ pub struct RequestRecord {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// 1-based turn within the session (multi-turn runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     pub intended_offset_ms: f64,
     pub started_offset_ms: f64,
     pub sent_offset_ms: Option<f64>,
@@ -118,6 +136,10 @@ pub struct RequestRecord {
     pub output_token_source: TokenSource,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
+    /// The client's estimate of cached prompt tokens (previous turn's prompt + reply), kept
+    /// apart from the server's count; see docs/METRICS.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens_estimate: Option<u64>,
     pub planned_input_tokens: u32,
     pub planned_output_tokens: u32,
     pub streamed: bool,
@@ -184,6 +206,7 @@ impl RequestRecord {
         Self {
             id: o.id,
             session_id: o.session_id,
+            turn: o.turn,
             intended_offset_ms: ms(o.intended),
             started_offset_ms: ms(o.started),
             sent_offset_ms: sent.map(ms),
@@ -205,6 +228,7 @@ impl RequestRecord {
             output_tokens: if ok { output_tokens } else { Some(u64::from(o.token_chunks)) },
             output_token_source: if ok { output_token_source } else { TokenSource::Chunks },
             cached_tokens: o.usage.and_then(|u| u.cached_tokens),
+            cached_tokens_estimate: o.cached_tokens_estimate,
             planned_input_tokens: o.planned_input_tokens,
             planned_output_tokens: o.planned_output_tokens,
             streamed: o.streamed,
@@ -225,6 +249,23 @@ impl RequestRecord {
     /// Whether the request completed.
     pub fn ok(&self) -> bool {
         self.error_kind.is_none()
+    }
+
+    /// Cached prompt tokens and where the count came from: the server's
+    /// `usage.prompt_tokens_details.cached_tokens`, else the client's estimate.
+    pub fn cached(&self) -> Option<(u64, CachedSource)> {
+        match (self.cached_tokens, self.cached_tokens_estimate) {
+            (Some(n), _) => Some((n, CachedSource::Usage)),
+            (None, Some(n)) => Some((n, CachedSource::Estimate)),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether the output length equals the planned one (`max_tokens`).
+    pub fn output_matches_plan(&self) -> bool {
+        self.ok()
+            && self.planned_output_tokens > 0
+            && self.output_tokens == Some(u64::from(self.planned_output_tokens))
     }
 }
 

@@ -75,3 +75,46 @@ pub async fn get(
         .await
         .map_err(|_| EngineError::Timeout(quetta_engine::TimeoutPhase::Total))?
 }
+
+/// POST to `url` with an empty body (e.g. vLLM's `/reset_prefix_cache`, SGLang's
+/// `/flush_cache`), with an optional bearer token; any 2xx answer is success, anything else
+/// an error carrying the status and an excerpt of the body.
+pub async fn post_empty(
+    url: &str,
+    bearer: Option<&str>,
+    insecure: bool,
+    timeout: Duration,
+) -> Result<Vec<u8>, EngineError> {
+    let fut = async {
+        let client = build_client_for(insecure).map_err(|e| EngineError::Request(e.to_string()))?;
+        let uri: Uri =
+            url.parse().map_err(|e| EngineError::Request(format!("bad URL {url}: {e}")))?;
+        let mut req = Request::builder().method(Method::POST).uri(uri);
+        if let Some(t) = bearer {
+            let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| EngineError::Request("invalid token characters".into()))?;
+            v.set_sensitive(true);
+            req = req.header(AUTHORIZATION, v);
+        }
+        let req =
+            req.body(Full::new(Bytes::new())).map_err(|e| EngineError::Request(e.to_string()))?;
+        let resp = client.request(req).await.map_err(|e| connect_error(&e))?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), 1 << 20)
+            .collect()
+            .await
+            .map_err(|e| EngineError::Protocol(format!("reading the body: {e}")))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(EngineError::HttpStatus {
+                status: status.as_u16(),
+                body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(&body), 200),
+                retry_after: None,
+            });
+        }
+        Ok(body.to_vec())
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| EngineError::Timeout(quetta_engine::TimeoutPhase::Total))?
+}

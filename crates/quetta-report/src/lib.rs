@@ -68,8 +68,79 @@ pub struct Summary {
     pub client: ClientStats,
     /// Notes a reader must see (approximate token counts, client saturation, ...).
     pub notes: Vec<String>,
+    /// Multi-turn runs: how the sessions ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionsSummary>,
     /// The mergeable aggregate (HdrHistograms), for combining runs from many machines.
     pub aggregate: Aggregate,
+}
+
+/// How the sessions of a multi-turn run ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionsSummary {
+    pub started: u64,
+    /// Every turn completed.
+    pub completed: u64,
+    /// A turn failed, which ended the session.
+    pub failed: u64,
+    /// Stopped by the duration, the request limit or Ctrl-C.
+    pub truncated: u64,
+}
+
+/// The per-turn table of a multi-turn run (empty for other runs).
+pub fn turn_table(m: &MetricsSummary) -> String {
+    let mut s = String::new();
+    if m.per_turn.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{:<6}{:>6}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>8}",
+        "turn",
+        "ok",
+        "fail",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "E2E p50",
+        "E2E p99",
+        "input",
+        "prefill",
+        "cached",
+        "hit %"
+    );
+    let tok = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+    let mut estimated = false;
+    for t in &m.per_turn {
+        let est = t.cached_token_source == "estimate";
+        estimated |= est;
+        let _ = writeln!(
+            s,
+            "{:<6}{:>6}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>8}",
+            t.turn,
+            t.completed,
+            t.failed,
+            cell(t.ttft_ms.p50),
+            cell(t.ttft_ms.p99),
+            cell(t.tpot_ms.p50),
+            cell(t.e2e_ms.p50),
+            cell(t.e2e_ms.p99),
+            tok(t.input_tokens_mean),
+            tok(t.new_prefill_tokens_mean),
+            format!("{}{}", tok(t.cached_tokens_mean), if est { "~" } else { "" }),
+            t.cache_hit_rate.map_or_else(|| "-".to_owned(), |r| format!("{:.1}", r * 100.0)),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "(latencies in ms; token columns are means per request; {})",
+        if estimated {
+            "~: cached tokens estimated from the previous turn, the server reported none"
+        } else {
+            "cached tokens as the server reported them"
+        }
+    );
+    s
 }
 
 /// Format an optional number of milliseconds for a table cell.
@@ -182,8 +253,26 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
         let _ =
             writeln!(s, "rate       requested {req:.2} req/s, achieved send rate {ach:.2} req/s");
     }
+    if let Some(x) = &sum.sessions {
+        let _ = writeln!(
+            s,
+            "sessions   {} started: {} completed, {} failed, {} cut short",
+            x.started, x.completed, x.failed, x.truncated
+        );
+    }
+    if let Some(r) = m.osl_hit_rate {
+        let _ = writeln!(
+            s,
+            "output     {:.1}% of requests generated exactly the planned length",
+            r * 100.0
+        );
+    }
     let _ = writeln!(s);
     s.push_str(&metric_table(m));
+    if !m.per_turn.is_empty() {
+        let _ = writeln!(s);
+        s.push_str(&turn_table(m));
+    }
     if m.errors.is_empty() {
         let _ = writeln!(s, "\nerrors     none");
     } else {

@@ -12,9 +12,17 @@
 //! Prompt tokens are counted as whitespace-separated words (or the length of a token-id
 //! prompt): a stand-in tokenizer, documented in docs/ARCHITECTURE.md.
 //!
+//! A prefix cache ([`SimConfig::prefix_cache_blocks`] blocks of
+//! [`SimConfig::prefix_block_tokens`] tokens, LRU) keeps the blocks of every prompt and of
+//! every prompt followed by its reply, so a session's next turn finds its history cached.
+//! Cached tokens cost no prefill time and are reported as
+//! `usage.prompt_tokens_details.cached_tokens`; `POST /reset_prefix_cache` (vLLM) or
+//! `POST /flush_cache` (SGLang) empties the cache.
+//!
 //! The simulator runs on its own thread and tokio runtime, so it does not share a
 //! scheduler with the client under test: [`Simulator::start`].
 
+mod cache;
 pub mod faults;
 mod metrics;
 mod server;
@@ -72,6 +80,10 @@ pub struct SimConfig {
     pub worker_threads: usize,
     /// Faults to inject; the first rule that matches a request applies.
     pub faults: Vec<faults::FaultRule>,
+    /// Prefix-cache capacity in blocks (0: no prefix cache).
+    pub prefix_cache_blocks: usize,
+    /// Tokens per prefix-cache block.
+    pub prefix_block_tokens: u32,
 }
 
 impl Default for SimConfig {
@@ -91,6 +103,8 @@ impl Default for SimConfig {
             keep_records: true,
             worker_threads: 1,
             faults: Vec::new(),
+            prefix_cache_blocks: 65_536,
+            prefix_block_tokens: 16,
         }
     }
 }
@@ -109,6 +123,8 @@ pub struct SimRecord {
     pub stream: bool,
     pub status: u16,
     pub prompt_tokens: u64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u64,
     pub completion_tokens: u64,
     /// The request's headers were parsed and handed to the simulator.
     pub arrival: Instant,
@@ -135,6 +151,7 @@ struct RecordLine<'a> {
     stream: bool,
     status: u16,
     prompt_tokens: u64,
+    cached_tokens: u64,
     completion_tokens: u64,
     arrival_ns: u64,
     headers_ns: u64,
@@ -152,6 +169,7 @@ pub(crate) struct Shared {
     pub(crate) records: Mutex<Vec<SimRecord>>,
     pub(crate) writer: Option<Mutex<BufWriter<File>>>,
     pub(crate) metrics: metrics::Metrics,
+    pub(crate) cache: Mutex<cache::PrefixCache>,
 }
 
 impl Shared {
@@ -170,6 +188,7 @@ impl Shared {
                 stream: rec.stream,
                 status: rec.status,
                 prompt_tokens: rec.prompt_tokens,
+                cached_tokens: rec.cached_tokens,
                 completion_tokens: rec.completion_tokens,
                 arrival_ns: self.ns(rec.arrival),
                 headers_ns: self.ns(rec.headers_sent),
@@ -247,6 +266,10 @@ impl Simulator {
             records: Mutex::new(Vec::new()),
             writer,
             metrics: metrics::Metrics::default(),
+            cache: Mutex::new(cache::PrefixCache::new(
+                cfg.prefix_block_tokens,
+                cfg.prefix_cache_blocks,
+            )),
             cfg,
         });
         let (tx, rx) = tokio::sync::oneshot::channel();

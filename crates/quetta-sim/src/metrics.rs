@@ -44,6 +44,8 @@ pub(crate) struct Metrics {
     success: AtomicU64,
     prompt_tokens: AtomicU64,
     generation_tokens: AtomicU64,
+    cache_queries: AtomicU64,
+    cache_hits: AtomicU64,
     ttft: Histogram,
     e2e: Histogram,
 }
@@ -60,6 +62,8 @@ impl Metrics {
         }
         self.prompt_tokens.fetch_add(r.prompt_tokens, Relaxed);
         self.generation_tokens.fetch_add(r.completion_tokens, Relaxed);
+        self.cache_queries.fetch_add(r.prompt_tokens, Relaxed);
+        self.cache_hits.fetch_add(r.cached_tokens, Relaxed);
         let first = r.chunks.first().copied().unwrap_or(r.end);
         self.ttft.observe(first.saturating_duration_since(r.arrival).as_secs_f64());
         self.e2e.observe(r.end.saturating_duration_since(r.arrival).as_secs_f64());
@@ -98,6 +102,13 @@ impl Metrics {
             "vllm:generation_tokens_total{{model_name=\"{m}\"}} {}",
             self.generation_tokens.load(Relaxed)
         );
+        for (name, v) in [
+            ("vllm:prefix_cache_queries_total", &self.cache_queries),
+            ("vllm:prefix_cache_hits_total", &self.cache_hits),
+        ] {
+            let _ = writeln!(s, "# TYPE {name} counter");
+            let _ = writeln!(s, "{name}{{model_name=\"{m}\"}} {}", v.load(Relaxed));
+        }
         self.ttft.render(&mut s, "vllm:time_to_first_token_seconds", &m);
         self.e2e.render(&mut s, "vllm:e2e_request_latency_seconds", &m);
         s

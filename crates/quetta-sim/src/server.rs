@@ -70,6 +70,10 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
         (Method::GET, "/metrics") => {
             Ok(full(StatusCode::OK, "text/plain; version=0.0.4", sh.metrics.render(&sh.cfg.model)))
         }
+        (Method::POST, "/reset_prefix_cache" | "/flush_cache") => {
+            sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+            Ok(full(StatusCode::OK, "text/plain", "ok"))
+        }
         (Method::POST, "/v1/chat/completions") => generate(req, sh, arrival, true).await,
         (Method::POST, "/v1/completions") => generate(req, sh, arrival, false).await,
         _ => Ok(json_error(StatusCode::NOT_FOUND, &format!("no route for {path}"))),
@@ -101,6 +105,47 @@ fn count_prompt(v: &Value) -> u64 {
     }
 }
 
+/// The prompt as prefix-cache tokens: each word of each message tagged with its role (so
+/// the same words from another role differ), the words of a text prompt, or token ids.
+/// As many tokens as [`count_prompt`] counts.
+fn prompt_tokens(v: &Value) -> Vec<u64> {
+    use crate::cache::token;
+    fn push(out: &mut Vec<u64>, role: &str, s: &str) {
+        out.extend(s.split_whitespace().map(|w| token(role, w)));
+    }
+    let mut out = Vec::new();
+    if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
+        for m in msgs {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            match m.get("content") {
+                Some(Value::String(s)) => push(&mut out, role, s),
+                Some(Value::Array(parts)) => {
+                    for p in parts {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            push(&mut out, role, t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        return out;
+    }
+    match v.get("prompt") {
+        Some(Value::String(s)) => push(&mut out, "", s),
+        Some(Value::Array(a)) if a.iter().all(Value::is_number) => {
+            out.extend(a.iter().map(|n| n.as_u64().unwrap_or(0)));
+        }
+        Some(Value::Array(a)) => {
+            for p in a {
+                push(&mut out, "", p.as_str().unwrap_or(""));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
 fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -111,7 +156,14 @@ struct Plan {
     rng: Rng,
 }
 
-fn plan(sh: &Shared, body: &Value, seq: u64, prompt_tokens: u64, arrival: Instant) -> Plan {
+fn plan(
+    sh: &Shared,
+    body: &Value,
+    seq: u64,
+    prompt_tokens: u64,
+    cached_tokens: u64,
+    arrival: Instant,
+) -> Plan {
     let cfg = &sh.cfg;
     let mut rng = Rng::new(cfg.seed.wrapping_add(seq.wrapping_mul(0x2545_F491_4F6C_DD1D)));
     let max = body
@@ -140,8 +192,8 @@ fn plan(sh: &Shared, body: &Value, seq: u64, prompt_tokens: u64, arrival: Instan
         }
     };
     let n_tokens = drawn.max(min).min(max).max(1);
-    let prefill =
-        cfg.prefill_per_token.saturating_mul(prompt_tokens.min(u64::from(u32::MAX)) as u32);
+    let computed = prompt_tokens.saturating_sub(cached_tokens);
+    let prefill = cfg.prefill_per_token.saturating_mul(computed.min(u64::from(u32::MAX)) as u32);
     Plan { n_tokens, first_at: arrival + cfg.ttft + prefill, rng }
 }
 
@@ -168,6 +220,7 @@ async fn generate(
         stream: false,
         status: 200,
         prompt_tokens: 0,
+        cached_tokens: 0,
         completion_tokens: 0,
         arrival,
         headers_sent: arrival,
@@ -230,7 +283,18 @@ async fn generate(
         }
         _ => {}
     }
-    let plan = plan(&sh, &v, seq, rec.prompt_tokens, arrival);
+    // Prefix cache: look up, then store the prompt's blocks (as computed by this request);
+    // the reply's blocks are stored when it has been generated.
+    let cache_on = sh.cfg.prefix_cache_blocks > 0;
+    let mut cache_tokens = Vec::new();
+    if cache_on {
+        cache_tokens = prompt_tokens(&v);
+        let mut c = sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let blocks = c.blocks(&cache_tokens);
+        rec.cached_tokens = c.lookup(&blocks, cache_tokens.len()) as u64;
+        c.insert(&blocks);
+    }
+    let plan = plan(&sh, &v, seq, rec.prompt_tokens, rec.cached_tokens, arrival);
     let model_json =
         serde_json::to_string(v.get("model").and_then(Value::as_str).unwrap_or(&sh.cfg.model))
             .unwrap_or_else(|_| "\"quetta-sim\"".into());
@@ -255,6 +319,8 @@ async fn generate(
         stall_until: None,
         drip: Bytes::new(),
         drip_at: arrival,
+        cache_tokens,
+        cache_on,
     };
     st.prefix = if chat {
         format!(
@@ -285,7 +351,8 @@ async fn generate(
         }
         tokio::time::sleep_until(last.into()).await;
         let finish = if st.n_tokens >= 1 { "length" } else { "stop" };
-        let usage = json!({"prompt_tokens": st.prompt_tokens(), "completion_tokens": st.n_tokens, "total_tokens": st.prompt_tokens() + u64::from(st.n_tokens)});
+        let usage: Value = serde_json::from_str(&st.usage_json()).unwrap_or(Value::Null);
+        st.cache_reply(&text);
         let body = if chat {
             json!({"id": st.id, "object": "chat.completion", "created": st.created, "model": v.get("model"),
                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
@@ -338,11 +405,41 @@ pub(crate) struct SimStream {
     stall_until: Option<Instant>,
     drip: Bytes,
     drip_at: Instant,
+    /// The prompt's prefix-cache tokens; the reply's are appended when it is done.
+    cache_tokens: Vec<u64>,
+    cache_on: bool,
 }
 
 impl SimStream {
     fn prompt_tokens(&self) -> u64 {
         self.rec.as_ref().map_or(0, |r| r.prompt_tokens)
+    }
+
+    /// The usage object's JSON.
+    fn usage_json(&self) -> String {
+        let p = self.prompt_tokens();
+        let n = u64::from(self.n_tokens);
+        let mut s =
+            format!("{{\"prompt_tokens\":{p},\"completion_tokens\":{n},\"total_tokens\":{}", p + n);
+        if self.cache_on {
+            let c = self.rec.as_ref().map_or(0, |r| r.cached_tokens);
+            let _ = write!(s, ",\"prompt_tokens_details\":{{\"cached_tokens\":{c}}}");
+        }
+        s.push('}');
+        s
+    }
+
+    /// A finished reply: store the blocks of the prompt followed by the reply (tagged as
+    /// the assistant's, as the next turn will send it).
+    fn cache_reply(&mut self, text: &str) {
+        if !self.cache_on {
+            return;
+        }
+        let mut t = std::mem::take(&mut self.cache_tokens);
+        t.extend(text.split_whitespace().map(|w| crate::cache::token("assistant", w)));
+        let mut c = self.sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let blocks = c.blocks(&t);
+        c.insert(&blocks);
     }
 
     fn gap(&mut self) -> Duration {
@@ -576,19 +673,21 @@ impl SimStream {
         }
         let mut frame = String::new();
         if this.include_usage && this.fault != Some(Fault::NoUsage) {
-            let p = this.prompt_tokens();
-            let n = u64::from(this.n_tokens);
             let _ = write!(
                 frame,
-                "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{{\"prompt_tokens\":{p},\"completion_tokens\":{n},\"total_tokens\":{}}}}}\n\n",
+                "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{}}}\n\n",
                 this.id,
                 if this.chat { "chat.completion.chunk" } else { "text_completion" },
                 this.created,
                 this.model_json,
-                p + n
+                this.usage_json()
             );
         }
         frame.push_str("data: [DONE]\n\n");
+        if this.cache_on {
+            let text = this.rec.as_ref().map(|r| r.text.clone()).unwrap_or_default();
+            this.cache_reply(&text);
+        }
         if let Some(mut rec) = this.rec.take() {
             rec.completion_tokens = u64::from(this.n_tokens);
             rec.end = Instant::now();

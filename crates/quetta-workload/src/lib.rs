@@ -19,6 +19,7 @@
 //! | Mooncake, Azure and any CSV/JSONL traces; prefix-sharing prompts from `hash_ids` | [`trace`] |
 //! | lengths and gaps fitted from a trace, sampled back | [`distribution`] |
 //! | constant, Poisson, gamma, ramp and burst arrivals | [`arrival`] |
+//! | multi-turn sessions: ShareGPT, tool-call and question-set conversations, synthesis | [`session`] |
 //! | named and user (TOML) profiles | [`profiles`] |
 //!
 //! ```
@@ -50,6 +51,7 @@ pub mod arrival;
 pub mod dataset;
 pub mod distribution;
 pub mod profiles;
+pub mod session;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod trace;

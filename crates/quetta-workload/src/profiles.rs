@@ -15,6 +15,12 @@ pub enum Source {
     MooncakeConversation,
     /// The bundled Azure LLM inference conversation trace (2023, CC-BY-4.0).
     AzureConversation,
+    /// Multi-turn sessions: the bundled ShareGPT multi-turn conversations (DialogStudio).
+    ChatMultiturn,
+    /// Multi-turn sessions: the bundled tool-call conversations (glaive, via LLaMA-Factory).
+    AgentMultiturn,
+    /// Multi-turn sessions: the 80 two-turn MT-Bench questions.
+    MtBench2Turn,
 }
 
 /// A named workload.
@@ -38,6 +44,11 @@ impl Profile {
             Source::Synthetic => "synthetic (bundled sonnets corpus)",
             Source::MooncakeConversation => "Mooncake conversation trace (12,031 requests)",
             Source::AzureConversation => "Azure conversation trace 2023 (19,366 requests)",
+            Source::ChatMultiturn => "ShareGPT multi-turn conversations (5 sessions, 2-10 turns)",
+            Source::AgentMultiturn => {
+                "glaive tool-call conversations (100 sessions, tool messages)"
+            }
+            Source::MtBench2Turn => "MT-Bench questions (80 sessions, 2 user turns)",
         }
     }
 
@@ -45,20 +56,48 @@ impl Profile {
     pub fn arrival(&self) -> &'static str {
         match self.source {
             Source::Synthetic => "as given (--concurrency or --request-rate)",
+            Source::ChatMultiturn | Source::AgentMultiturn | Source::MtBench2Turn => {
+                "--session-concurrency or --session-rate"
+            }
             _ => "trace timestamps (--trace-speed)",
         }
+    }
+
+    /// Whether the profile sends multi-turn sessions.
+    pub fn is_multiturn(&self) -> bool {
+        matches!(self.source, Source::ChatMultiturn | Source::AgentMultiturn | Source::MtBench2Turn)
+    }
+
+    /// The sessions of a multi-turn profile.
+    pub fn sessions(
+        &self,
+        opts: crate::session::LoadOptions<'_>,
+    ) -> Result<Option<Vec<crate::session::Session>>, WorkloadError> {
+        use crate::session::{parse_sharegpt, parse_turns_jsonl};
+        Ok(match self.source {
+            Source::ChatMultiturn => {
+                Some(parse_sharegpt(SHAREGPT_MT, Path::new("<bundled chat-multiturn>"), opts)?)
+            }
+            Source::AgentMultiturn => {
+                Some(parse_sharegpt(GLAIVE, Path::new("<bundled agent-multiturn>"), opts)?)
+            }
+            Source::MtBench2Turn => {
+                Some(parse_turns_jsonl(MT_BENCH, Path::new("<bundled mtbench-2turn>"), opts)?)
+            }
+            _ => None,
+        })
     }
 
     /// The trace rows of a trace profile.
     pub fn trace(&self) -> Result<Option<Vec<TraceRequest>>, WorkloadError> {
         Ok(match self.source {
-            Source::Synthetic => None,
             Source::MooncakeConversation => {
                 Some(parse_mooncake(MOONCAKE, Path::new("<bundled mooncake-conversation>"))?)
             }
             Source::AzureConversation => {
                 Some(parse_azure(AZURE, Path::new("<bundled azure-conversation>"))?)
             }
+            _ => None,
         })
     }
 }
@@ -66,6 +105,29 @@ impl Profile {
 const MOONCAKE: &str =
     include_str!("../../../fixtures/traces/mooncake_fast25_conversation_trace.jsonl");
 const AZURE: &str = include_str!("../../../fixtures/traces/azure_llm_inference_2023_conv.csv");
+const SHAREGPT_MT: &str =
+    include_str!("../../../fixtures/conversations/sharegpt_multiturn_5_dialogstudio.json");
+const GLAIVE: &str =
+    include_str!("../../../fixtures/conversations/glaive_toolcall_en_demo_100.json");
+const MT_BENCH: &str = include_str!("../../../fixtures/conversations/mt_bench_questions_80.jsonl");
+
+const fn multiturn(
+    name: &'static str,
+    description: &'static str,
+    i: u32,
+    o: u32,
+    source: Source,
+) -> Profile {
+    Profile {
+        name,
+        description,
+        input_len: i,
+        input_stddev: 0.0,
+        output_len: o,
+        output_stddev: 0.0,
+        source,
+    }
+}
 
 const fn synthetic(
     name: &'static str,
@@ -115,6 +177,9 @@ pub fn builtin() -> Vec<Profile> {
             output_stddev: 0.0,
             source: Source::AzureConversation,
         },
+        multiturn("chat-multiturn", "multi-turn chat: real ShareGPT conversations, each turn carries the whole history", 150, 250, Source::ChatMultiturn),
+        multiturn("agent-multiturn", "agent sessions: tool-call conversations with tool results and a tool schema in the system prompt", 60, 60, Source::AgentMultiturn),
+        multiturn("mtbench-2turn", "MT-Bench: 80 two-turn questions, the engine's first answer fed into the second turn", 40, 256, Source::MtBench2Turn),
         synthetic("test", "tiny requests for smoke tests", 32, 0.0, 16, 0.0),
     ]
 }

@@ -160,3 +160,65 @@ mod tests {
         assert!(SyntheticSpec { input_len: 0, ..s }.validate().is_err());
     }
 }
+
+/// Stress-mode prompts: the lengths of a [`SyntheticSpec`], every prompt unique from its
+/// first token so that no prefix cache can serve any part of it. Without a tokenizer the
+/// first word is a per-request nonce followed by random corpus words; with one, the first
+/// two tokens are the request's [`ExactPrompts::block_marker`], followed by corpus tokens
+/// (token ids with `token_ids`, else text of exactly the planned length).
+#[derive(Debug, Clone)]
+pub struct StressWorkload {
+    pub spec: SyntheticSpec,
+    exact: Option<ExactPrompts>,
+    token_ids: bool,
+}
+
+impl StressWorkload {
+    pub fn new(spec: SyntheticSpec, tokenizer: Option<Arc<Tokenizer>>, token_ids: bool) -> Self {
+        Self { spec, exact: tokenizer.map(ExactPrompts::new), token_ids }
+    }
+}
+
+impl Workload for StressWorkload {
+    fn request(&mut self, index: u64) -> Option<PlannedRequest> {
+        let mut p = self.spec.planned(index);
+        let n = p.input_tokens as usize;
+        // A nonce no other request has, and a salt so that two runs differ too.
+        let nonce = index ^ self.spec.seed.rotate_left(32);
+        match &self.exact {
+            None => {
+                let text = match &p.prompt {
+                    Prompt::Chat(m) => m[0].text_content(),
+                    Prompt::Text(t) => t.clone(),
+                    _ => String::new(),
+                };
+                let rest = text.split_once(' ').map_or("", |(_, r)| r);
+                let unique =
+                    if n > 1 { format!("q{nonce:x} {rest}") } else { format!("q{nonce:x}") };
+                p.prompt = if self.spec.chat {
+                    Prompt::Chat(vec![Message::text("user", unique)])
+                } else {
+                    Prompt::Text(unique)
+                };
+            }
+            Some(e) => {
+                let lead = e.block_marker(nonce);
+                let seed = self.spec.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                if self.token_ids {
+                    let mut ids: Vec<u32> = lead.iter().copied().take(n).collect();
+                    ids.extend(e.ids(n - ids.len(), seed));
+                    p.prompt = Prompt::TokenIds(ids);
+                } else {
+                    let text = e.text_with_lead(n, seed, &lead).ok()?;
+                    p.prompt = if self.spec.chat {
+                        Prompt::Chat(vec![Message::text("user", text)])
+                    } else {
+                        Prompt::Text(text)
+                    };
+                }
+                p.input_tokens_exact = true;
+            }
+        }
+        Some(p)
+    }
+}

@@ -153,14 +153,33 @@ impl ExactPrompts {
     /// `seed`. Decoding a window of corpus tokens and re-encoding it can merge or split tokens
     /// at the edges, so the window is trimmed or extended until the count is exact.
     pub fn text(&self, n: usize, seed: u64) -> Result<String, WorkloadError> {
+        self.exact_text(n, seed, &[])
+    }
+
+    /// Like [`ExactPrompts::text`], but starting with `lead` (e.g. a [`block_marker`]), so
+    /// prompts with different leads share no prefix at all.
+    ///
+    /// [`block_marker`]: ExactPrompts::block_marker
+    pub fn text_with_lead(
+        &self,
+        n: usize,
+        seed: u64,
+        lead: &[u32],
+    ) -> Result<String, WorkloadError> {
+        self.exact_text(n, seed, lead)
+    }
+
+    fn exact_text(&self, n: usize, seed: u64, lead: &[u32]) -> Result<String, WorkloadError> {
         if n == 0 {
             return Ok(String::new());
         }
         let len = self.corpus.len().max(1);
+        let lead = &lead[..lead.len().min(n.saturating_sub(1))];
         for attempt in 0..8u64 {
             let start = ((seed.wrapping_add(attempt.wrapping_mul(7919))) % len as u64) as usize;
-            let mut ids: Vec<u32> = (0..n).map(|i| self.corpus[(start + i) % len]).collect();
-            let mut next = start + n;
+            let mut ids: Vec<u32> = lead.to_vec();
+            ids.extend((0..n - lead.len()).map(|i| self.corpus[(start + i) % len]));
+            let mut next = start + n - lead.len();
             for _ in 0..24 {
                 let text = self.tok.decode(&ids);
                 let c = self.tok.count(&text);

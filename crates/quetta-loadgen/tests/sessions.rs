@@ -1,0 +1,253 @@
+//! Multi-turn sessions against the simulator over real sockets: history carries the
+//! engine's own replies, pacing keeps one request per session in flight and honours think
+//! times, cached tokens per turn match what the simulator served from its prefix cache, and
+//! a failed turn ends its session.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quetta_engine::{Engine, EngineRequest, EventStream, Message, Prompt};
+use quetta_loadgen::{
+    run_sessions, Pacing, RunConfig, RunControl, RunOutcome, SessionConfig, SessionCounts,
+    ThinkTime,
+};
+use quetta_metrics::RequestRecord;
+use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
+use quetta_sim::faults::FaultRule;
+use quetta_sim::{SimConfig, Simulator};
+use quetta_workload::session::{Draw, Session, SessionList, Turn};
+
+mod common;
+use common::VecSink;
+
+/// An engine that keeps a copy of every request it is given, then lets the OpenAI adapter
+/// send it.
+struct Logging {
+    inner: OpenAiEngine,
+    sent: Mutex<Vec<EngineRequest>>,
+}
+
+impl Engine for Logging {
+    fn name(&self) -> &'static str {
+        "logging"
+    }
+    fn send(&self, request: EngineRequest) -> EventStream {
+        self.sent.lock().unwrap().push(request.clone());
+        self.inner.send(request)
+    }
+}
+
+fn sessions(n: usize, turns: usize, words: usize) -> Vec<Session> {
+    (0..n)
+        .map(|i| Session {
+            id: format!("s{i}"),
+            system: Some("you are a careful assistant who answers briefly".into()),
+            turns: (0..turns)
+                .map(|k| {
+                    let text = (0..words).map(|w| format!("q{i}t{k}w{w}")).collect::<Vec<_>>();
+                    Turn {
+                        messages: vec![Message::text("user", text.join(" "))],
+                        recorded_reply: Some("a recorded reply".into()),
+                        max_tokens: 20,
+                        think_time: None,
+                        new_tokens: words as u32,
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+struct Ran {
+    sim: Simulator,
+    engine: Arc<Logging>,
+    records: Vec<RequestRecord>,
+    out: RunOutcome,
+    counts: SessionCounts,
+}
+
+fn run(sim_cfg: SimConfig, list: Vec<Session>, sc: SessionConfig) -> Ran {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let sim = Simulator::start(sim_cfg).unwrap();
+    let engine = Arc::new(Logging {
+        inner: OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap(),
+        sent: Mutex::new(Vec::new()),
+    });
+    let sink = VecSink::default();
+    let mut cfg = RunConfig::closed(1, 1);
+    cfg.num_requests = None;
+    cfg.drain_timeout = Duration::from_secs(20);
+    let (out, counts) = rt
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                run_sessions(
+                    engine.clone(),
+                    Box::new(SessionList { sessions: list, cycle: false }),
+                    cfg,
+                    sc,
+                    Some(Box::new(sink.clone())),
+                    vec![],
+                    RunControl::new(),
+                ),
+            )
+            .await
+        })
+        .expect("the run ends")
+        .expect("the run starts");
+    let records = sink.0.lock().unwrap().clone();
+    Ran { sim, engine, records, out, counts }
+}
+
+fn fast_sim() -> SimConfig {
+    SimConfig {
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(1),
+        ..SimConfig::default()
+    }
+}
+
+#[test]
+fn history_carries_the_engines_replies_verbatim() {
+    let r = run(fast_sim(), sessions(2, 3, 6), SessionConfig::per_session(2));
+    assert_eq!(r.counts.completed, 2);
+    assert_eq!(r.records.len(), 6);
+    assert!(r.records.iter().all(RequestRecord::ok));
+    let replies: HashMap<u64, String> =
+        r.sim.records().into_iter().map(|s| (s.request_id.unwrap(), s.text)).collect();
+    let sent = r.engine.sent.lock().unwrap().clone();
+    for sid in ["s0", "s1"] {
+        let mut mine: Vec<&EngineRequest> =
+            sent.iter().filter(|q| q.session_id.as_deref() == Some(sid)).collect();
+        mine.sort_by_key(|q| q.request_id);
+        assert_eq!(mine.len(), 3);
+        let Prompt::Chat(third) = &mine[2].prompt else { panic!("chat prompt") };
+        let assistant: Vec<String> =
+            third.iter().filter(|m| m.role == "assistant").map(Message::text_content).collect();
+        let expect = [&replies[&mine[0].request_id], &replies[&mine[1].request_id]];
+        assert_eq!(assistant.len(), 2, "{third:?}");
+        assert_eq!(&assistant[0], expect[0], "turn 1's reply, verbatim");
+        assert_eq!(&assistant[1], expect[1], "turn 2's reply, verbatim");
+        assert!(!expect[0].is_empty());
+        // system, u1, a1, u2, a2, u3
+        let roles: Vec<&str> = third.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user"]);
+    }
+    // every turn is labelled, and sticky-routing ids reached the server
+    let turns: Vec<u32> = r.records.iter().filter_map(|x| x.turn).collect();
+    assert_eq!(turns.iter().filter(|&&t| t == 3).count(), 2);
+    assert!(r
+        .sim
+        .records()
+        .iter()
+        .all(|s| s.session_id.as_deref().is_some_and(|i| i.starts_with('s'))));
+}
+
+#[test]
+fn per_session_pacing_and_think_time() {
+    let mut sc = SessionConfig::per_session(4);
+    sc.think = ThinkTime::Draw(Draw::Fixed { value: 200.0 });
+    let r = run(fast_sim(), sessions(4, 5, 4), sc);
+    assert_eq!(r.counts.completed, 4);
+    let mut by: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
+    for x in &r.records {
+        by.entry(x.session_id.clone().unwrap()).or_default().push(x);
+    }
+    let mut gaps = Vec::new();
+    for v in by.values_mut() {
+        v.sort_by_key(|x| x.turn);
+        for w in v.windows(2) {
+            let gap = w[1].sent_offset_ms.unwrap() - w[0].end_offset_ms;
+            assert!(gap >= 0.0, "two requests of one session in flight: {gap} ms");
+            gaps.push(gap);
+        }
+    }
+    gaps.sort_by(f64::total_cmp);
+    let p99 = gaps[(gaps.len() * 99).div_ceil(100) - 1];
+    println!("think-time gaps: min {:.3} ms, p99 {:.3} ms, n {}", gaps[0], p99, gaps.len());
+    assert!(gaps[0] >= 200.0, "a gap under the think time: {} ms", gaps[0]);
+    assert!(p99 < 205.0, "gap p99 {p99} ms");
+}
+
+#[test]
+fn cached_tokens_per_turn_match_the_simulators_prefix_cache() {
+    let r = run(fast_sim(), sessions(3, 4, 40), SessionConfig::per_session(3));
+    assert_eq!(r.counts.completed, 3);
+    let sim: HashMap<u64, u64> =
+        r.sim.records().iter().map(|s| (s.request_id.unwrap(), s.cached_tokens)).collect();
+    let mut per_turn_sim: BTreeMap<u32, u64> = BTreeMap::new();
+    for x in &r.records {
+        *per_turn_sim.entry(x.turn.unwrap()).or_default() += sim[&x.id];
+        assert_eq!(x.cached_tokens, Some(sim[&x.id]), "request {}", x.id);
+    }
+    let s = r.out.aggregate.summary(&[]);
+    assert_eq!(s.per_turn.len(), 4);
+    for t in &s.per_turn {
+        assert_eq!(t.cached_token_source, "usage");
+        let mean = per_turn_sim[&t.turn] as f64 / t.completed as f64;
+        assert!((t.cached_tokens_mean.unwrap() - mean).abs() < 1e-3, "turn {}", t.turn);
+    }
+    // turn 1 only shares the system prompt (8 words, less than a block): nothing cached;
+    // later turns find their history cached, so the hit rate is high.
+    assert_eq!(s.per_turn[0].cached_tokens_mean, Some(0.0));
+    assert!(s.per_turn[3].cache_hit_rate.unwrap() > 0.6, "{:?}", s.per_turn[3]);
+    // the estimate is kept beside the server's count
+    assert!(r
+        .records
+        .iter()
+        .filter(|x| x.turn > Some(1))
+        .all(|x| x.cached_tokens_estimate.is_some()));
+}
+
+#[test]
+fn a_failed_turn_ends_its_session() {
+    let sim_cfg =
+        SimConfig { faults: vec!["http500@4".parse::<FaultRule>().unwrap()], ..fast_sim() };
+    let r = run(sim_cfg, sessions(3, 4, 4), SessionConfig::per_session(1));
+    // one session at a time: requests 0..3 are session 0; the 4th (seq 3) fails
+    assert_eq!(r.counts.started, 3);
+    assert!(r.counts.failed >= 1, "{:?}", r.counts);
+    assert_eq!(r.counts.completed + r.counts.failed, 3);
+    for x in r.records.iter().filter(|x| !x.ok()) {
+        let sid = x.session_id.clone().unwrap();
+        let later =
+            r.records.iter().filter(|y| y.session_id.as_deref() == Some(&sid) && y.turn > x.turn);
+        assert_eq!(later.count(), 0, "a turn was sent after its session failed");
+    }
+    assert_eq!(r.out.aggregate.failed, r.counts.failed);
+}
+
+#[test]
+fn open_loop_sessions_and_a_request_cap() {
+    let sc = SessionConfig {
+        pacing: Pacing::Open { rate: 50.0, arrival: quetta_workload::arrival::Arrival::Poisson },
+        max_concurrency: Some(2),
+        ..SessionConfig::per_session(1)
+    };
+    let r = run(fast_sim(), sessions(6, 3, 4), sc);
+    assert_eq!(r.counts.started, 6);
+    assert_eq!(r.records.len(), 18);
+    // turns inside a session stay in order
+    for sid in (0..6).map(|i| format!("s{i}")) {
+        let mut v: Vec<&RequestRecord> =
+            r.records.iter().filter(|x| x.session_id.as_deref() == Some(&sid)).collect();
+        v.sort_by_key(|x| x.turn);
+        for w in v.windows(2) {
+            assert!(w[1].sent_offset_ms.unwrap() >= w[0].end_offset_ms);
+        }
+    }
+    // the cap counts requests in flight: at no instant more than 2
+    let mut ev: Vec<(f64, i32)> = r
+        .records
+        .iter()
+        .flat_map(|x| [(x.sent_offset_ms.unwrap(), 1), (x.end_offset_ms, -1)])
+        .collect();
+    ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut cur = 0;
+    for (_, d) in ev {
+        cur += d;
+        assert!(cur <= 2, "more than 2 requests in flight");
+    }
+}
