@@ -79,6 +79,8 @@ pub enum PacingArg {
     PerSession,
     /// A barrier at every turn across a group of sessions (a herd: artificial spikes).
     Interleaved,
+    /// Sessions start at the times recorded in the file (`start_ms`).
+    Recorded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -258,7 +260,8 @@ pub struct RunArgs {
     /// turns inside a session stay in order.
     #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
     session_rate: Option<f64>,
-    /// How sessions send their turns.
+    /// How sessions send their turns (recorded: sessions start at their `start_ms`, sped
+    /// up by --trace-speed).
     #[arg(long, value_enum, default_value = "per-session")]
     pacing: PacingArg,
     /// Pause between a reply's end and the session's next turn: 0, 200ms, exp:2s (mean),
@@ -806,11 +809,11 @@ async fn run(
         before_measured: None,
     };
     let session_cfg = match &sessions {
-        Some((_, distinct)) => Some(session_config(&a, *distinct)?),
+        Some((_, distinct, starts)) => Some(session_config(&a, *distinct, starts.clone())?),
         None => None,
     };
     if a.dry_run {
-        if let (Some((src, _)), Some(sc)) = (sessions, &session_cfg) {
+        if let (Some((src, _, _)), Some(sc)) = (sessions, &session_cfg) {
             return Ok(dry_run_sessions(src, sc, &notes));
         }
         return dry_run(&a, workload, &cfg, &notes);
@@ -999,7 +1002,7 @@ async fn run(
         (!a.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(control.clone()));
     let sink = Some(Box::new(JsonlSink::new(file)) as Box<dyn quetta_loadgen::RecordSink>);
     let (outcome, session_counts) = match (sessions, session_cfg) {
-        (Some((src, _)), Some(sc)) => {
+        (Some((src, _, _)), Some(sc)) => {
             let (o, c) =
                 quetta_loadgen::run_sessions(engine, src, cfg, sc, sink, vec![], control.clone())
                     .await
@@ -1147,13 +1150,14 @@ fn build_summary(
 
 /// The session source of a multi-turn run (from --sessions or a multi-turn profile) and how
 /// many distinct sessions it holds.
+/// With every session's recorded start (relative to the earliest), when all have one.
 #[allow(clippy::type_complexity)]
 fn session_source(
     a: &RunArgs,
     profile: Option<&profiles::Profile>,
     tokenizer: Option<Arc<Tokenizer>>,
     notes: &mut Vec<String>,
-) -> Result<(Box<dyn SessionSource>, Option<u64>)> {
+) -> Result<(Box<dyn SessionSource>, Option<u64>, Option<Vec<Duration>>)> {
     let opts = LoadOptions {
         tokenizer: tokenizer.as_deref(),
         output_len: a.output_len,
@@ -1168,7 +1172,7 @@ fn session_source(
                 if tokenizer.is_none() {
                     notes.push("no --tokenizer: synthesised turn lengths are counted as words (an estimate)".into());
                 }
-                return Ok((Box::new(SessionSynth::new(spec, a.seed, tokenizer)), None));
+                return Ok((Box::new(SessionSynth::new(spec, a.seed, tokenizer)), None, None));
             }
         },
         (None, Some(p)) => p.sessions(opts).context("--profile")?.unwrap_or_default(),
@@ -1188,11 +1192,35 @@ fn session_source(
     ));
     // A session count beyond the file's repeats it (with unique session ids).
     let cycle = a.num_sessions.is_some_and(|k| k > n) || a.duration.is_some();
-    Ok((Box::new(SessionList { sessions: list, cycle }), Some(n)))
+    let mut list = list;
+    let starts: Option<Vec<Duration>> = list.iter().map(|s| s.start).collect();
+    let starts = starts.map(|mut v| {
+        // Replay in start order, from the earliest start.
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by_key(|&i| v[i]);
+        let sorted: Vec<_> = idx.iter().map(|&i| list[i].clone()).collect();
+        list = sorted;
+        v.sort();
+        let first = v[0];
+        v.iter().map(|d| d.saturating_sub(first)).collect()
+    });
+    Ok((Box::new(SessionList { sessions: list, cycle }), Some(n), starts))
 }
 
-fn session_config(a: &RunArgs, distinct: Option<u64>) -> Result<SessionConfig> {
+fn session_config(
+    a: &RunArgs,
+    distinct: Option<u64>,
+    starts: Option<Vec<Duration>>,
+) -> Result<SessionConfig> {
     let pacing = match (a.session_rate, a.pacing) {
+        (None, PacingArg::Recorded) => {
+            let offsets =
+                starts.context("--pacing recorded: every session of the file needs a start_ms")?;
+            let speed = a.trace_speed;
+            Pacing::Scheduled {
+                offsets: Arc::new(offsets.iter().map(|d| d.div_f64(speed)).collect()),
+            }
+        }
         (Some(rate), _) => {
             let arrival = match (a.burstiness, a.arrival) {
                 (Some(b), _) => Arrival::Gamma { burstiness: b },

@@ -61,7 +61,7 @@ struct Args {
     faults: Vec<quetta_sim::faults::FaultRule>,
     /// Prefix-cache capacity in blocks (0 turns the prefix cache off). Cached prompt tokens
     /// cost no prefill time and are reported in usage.prompt_tokens_details.cached_tokens.
-    #[arg(long, default_value_t = 65_536)]
+    #[arg(long, default_value_t = 8_192)]
     prefix_cache_blocks: usize,
     /// Tokens per prefix-cache block.
     #[arg(long, default_value_t = 16)]

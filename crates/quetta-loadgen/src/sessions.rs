@@ -134,7 +134,7 @@ struct Phase {
     deadline: Option<Instant>,
     run_start: Instant,
     tx: mpsc::Sender<Observation>,
-    counts: Counters,
+    counts: Arc<Counters>,
     timer: Timer,
 }
 
@@ -428,7 +428,7 @@ pub async fn run_sessions(
     let next_id = Arc::new(AtomicU64::new(0));
     let sem = sc.max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
     let timer = Timer::start();
-    let phase = |tx, session_limit, request_limit, deadline, run_start| {
+    let phase = |tx, session_limit, request_limit, deadline, run_start, counts| {
         Arc::new(Phase {
             sh: sh.clone(),
             sc: sc.clone(),
@@ -442,7 +442,7 @@ pub async fn run_sessions(
             deadline,
             run_start,
             tx,
-            counts: Counters::default(),
+            counts,
             timer: timer.clone(),
         })
     };
@@ -454,7 +454,7 @@ pub async fn run_sessions(
             Pacing::PerSession { sessions } | Pacing::Interleaved { sessions } => sessions,
             _ => cfg.warmup as usize,
         };
-        let ph = phase(tx, Some(cfg.warmup), None, None, Instant::now());
+        let ph = phase(tx, Some(cfg.warmup), None, None, Instant::now(), Arc::default());
         per_session(&ph, n.min(cfg.warmup as usize).max(1)).await;
         drop(ph);
         sh.drain(cfg.drain_timeout).await;
@@ -479,7 +479,9 @@ pub async fn run_sessions(
     let first = next_session.load(Ordering::SeqCst);
     // Without a session count, a finite source is played once (unless a duration is given).
     let count = sc.num_sessions.or(if cfg.duration.is_none() { finite } else { None });
-    let ph = phase(tx, count.map(|n| first + n), cfg.num_requests, deadline, run_start);
+    let counts = Arc::new(Counters::default());
+    let ph =
+        phase(tx, count.map(|n| first + n), cfg.num_requests, deadline, run_start, counts.clone());
     match sc.pacing.clone() {
         Pacing::PerSession { sessions } => per_session(&ph, sessions).await,
         Pacing::Interleaved { sessions } => interleaved(&ph, sessions).await,
@@ -496,17 +498,23 @@ pub async fn run_sessions(
             open(&ph, offsets).await;
         }
     }
-    let counts = SessionCounts {
-        started: ph.counts.started.load(Ordering::Relaxed),
-        completed: ph.counts.completed.load(Ordering::Relaxed),
-        failed: ph.counts.failed.load(Ordering::Relaxed),
-        truncated: ph.counts.truncated.load(Ordering::Relaxed),
-        turns: 0,
-    };
+    // Sessions still running belong to the drain; the phase's own handle goes now so that
+    // the recorder sees the channel close once the last session ends.
+    ph.sh.idle_or_stop(deadline).await;
     drop(ph);
     drop(timer);
     let mut out = finish_run(&sh, rec, count, started_at, run_start, (warm_ok, warm_fail)).await;
     out.planned = None;
-    let counts = SessionCounts { turns: out.dispatched, ..counts };
+    let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (started, completed, failed) =
+        (c(&counts.started), c(&counts.completed), c(&counts.failed));
+    // Sessions cancelled at the drain timeout never counted their end: they were cut short.
+    let counts = SessionCounts {
+        started,
+        completed,
+        failed,
+        truncated: started.saturating_sub(completed + failed),
+        turns: out.dispatched,
+    };
     Ok((out, counts))
 }

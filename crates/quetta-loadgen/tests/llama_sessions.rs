@@ -64,6 +64,7 @@ async fn multi_turn_sessions_feed_llama_cpp_its_own_replies() {
                     new_tokens: q.split_whitespace().count() as u32,
                 })
                 .collect(),
+            start: None,
         })
         .collect();
     let engine = Arc::new(Logging {

@@ -50,11 +50,12 @@ fn sessions(n: usize, turns: usize, words: usize) -> Vec<Session> {
                         messages: vec![Message::text("user", text.join(" "))],
                         recorded_reply: Some("a recorded reply".into()),
                         max_tokens: 20,
-                        think_time: None,
+                        think_time: Some(Duration::from_millis(30 * k as u64)),
                         new_tokens: words as u32,
                     }
                 })
                 .collect(),
+            start: Some(Duration::from_millis(40 * i as u64)),
         })
         .collect()
 }
@@ -217,6 +218,41 @@ fn a_failed_turn_ends_its_session() {
         assert_eq!(later.count(), 0, "a turn was sent after its session failed");
     }
     assert_eq!(r.out.aggregate.failed, r.counts.failed);
+}
+
+#[test]
+fn recorded_start_times_and_think_times() {
+    let list = sessions(3, 3, 4);
+    let offsets: Vec<Duration> = list.iter().map(|s| s.start.unwrap()).collect();
+    let sc = SessionConfig {
+        pacing: Pacing::Scheduled { offsets: Arc::new(offsets) },
+        think: ThinkTime::Recorded { fallback: Draw::Fixed { value: 0.0 } },
+        ..SessionConfig::per_session(1)
+    };
+    let r = run(fast_sim(), list, sc);
+    assert_eq!(r.counts.completed, 3);
+    for i in 0..3u32 {
+        let sid = format!("s{i}");
+        let mut v: Vec<&RequestRecord> =
+            r.records.iter().filter(|x| x.session_id.as_deref() == Some(&sid)).collect();
+        v.sort_by_key(|x| x.turn);
+        // the first turn is intended at the recorded start
+        assert!(
+            (v[0].intended_offset_ms - f64::from(40 * i)).abs() < 1e-6,
+            "{}",
+            v[0].intended_offset_ms
+        );
+        // turn k waits the think time recorded before it (30 ms × k) after the last reply
+        for (k, w) in v.windows(2).enumerate() {
+            let gap = w[1].sent_offset_ms.unwrap() - w[0].end_offset_ms;
+            let want = 30.0 * (k + 1) as f64;
+            assert!(
+                gap >= want && gap < want + 5.0,
+                "turn {}: gap {gap} ms, recorded {want}",
+                k + 2
+            );
+        }
+    }
 }
 
 #[test]

@@ -80,7 +80,8 @@ pub struct SimConfig {
     pub worker_threads: usize,
     /// Faults to inject; the first rule that matches a request applies.
     pub faults: Vec<faults::FaultRule>,
-    /// Prefix-cache capacity in blocks (0: no prefix cache).
+    /// Prefix-cache capacity in blocks (0: no prefix cache); the default, 8,192 blocks of 16
+    /// tokens, holds 131,072 tokens (a modest GPU's KV cache) in about 0.6 MiB.
     pub prefix_cache_blocks: usize,
     /// Tokens per prefix-cache block.
     pub prefix_block_tokens: u32,
@@ -103,7 +104,7 @@ impl Default for SimConfig {
             keep_records: true,
             worker_threads: 1,
             faults: Vec::new(),
-            prefix_cache_blocks: 65_536,
+            prefix_cache_blocks: 8_192,
             prefix_block_tokens: 16,
         }
     }

@@ -48,6 +48,9 @@ pub struct Session {
     pub id: String,
     pub system: Option<String>,
     pub turns: Vec<Turn>,
+    /// When the session started, relative to the data's first session (recorded-time
+    /// replay), if the data says.
+    pub start: Option<Duration>,
 }
 
 impl Session {
@@ -172,8 +175,10 @@ fn record_lines(text: &str) -> Vec<usize> {
     out
 }
 
-/// Parse ShareGPT-style conversations: `[{"id"?, "conversations": [{"from", "value"}],
-/// "tools"?, "system"?}]`. `human`/`user` and `observation`/`tool` messages are the client's;
+/// Parse ShareGPT-style conversations: `[{"id"?, "conversations": [{"from", "value",
+/// "think_time_ms"?}], "tools"?, "system"?, "start_ms"?}]`. `start_ms` (the session's start,
+/// for recorded-time replay) and a client message's `think_time_ms` (the pause before that
+/// turn) are Quetta extensions, optional. `human`/`user` and `observation`/`tool` messages are the client's;
 /// each `gpt`/`assistant`/`function_call` message is the recorded reply that ends a turn.
 /// Leading assistant messages are dropped (no request produced them); a final client
 /// message without a reply is a last turn without a recorded reply.
@@ -208,8 +213,22 @@ pub fn parse_sharegpt(
                 system.push(format!("You can call these functions:\n{t}"));
             }
         }
+        let ms = |v: &Value, key: &str, field: String| -> Result<Option<Duration>, WorkloadError> {
+            match v.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => x
+                    .as_f64()
+                    .filter(|t| t.is_finite() && *t >= 0.0)
+                    .map(|t| Some(Duration::from_secs_f64(t / 1e3)))
+                    .ok_or_else(|| {
+                        err(path, line, &field, "not a non-negative number of milliseconds")
+                    }),
+            }
+        };
+        let start = ms(rec, "start_ms", format!("[{i}].start_ms"))?;
         let mut turns = Vec::new();
         let mut pending: Vec<Message> = Vec::new();
+        let mut think: Option<Duration> = None;
         for (j, m) in conv.iter().enumerate() {
             let field = |f: &str| format!("[{i}].conversations[{j}].{f}");
             let from = m
@@ -224,6 +243,10 @@ pub fn parse_sharegpt(
                 .ok_or_else(|| err(path, line, &field("value"), "missing or not a string"))?;
             let r = role(from)
                 .ok_or_else(|| err(path, line, &field("from"), format!("unknown role {from:?}")))?;
+            if r != "assistant" && r != "system" && pending.is_empty() {
+                // The pause the user took before this turn, if recorded.
+                think = ms(m, "think_time_ms", field("think_time_ms"))?;
+            }
             match r {
                 "system" => system.push(value.to_owned()),
                 "assistant" if pending.is_empty() => {} // nothing asked for it
@@ -233,7 +256,7 @@ pub fn parse_sharegpt(
                         messages: std::mem::take(&mut pending),
                         recorded_reply: Some(value.to_owned()),
                         max_tokens: opts.output_len.unwrap_or_else(|| opts.count(value).max(1)),
-                        think_time: None,
+                        think_time: think.take(),
                         new_tokens,
                     });
                 }
@@ -246,7 +269,7 @@ pub fn parse_sharegpt(
                 messages: pending,
                 recorded_reply: None,
                 max_tokens: opts.output_len.unwrap_or(DEFAULT_TURN_OUTPUT),
-                think_time: None,
+                think_time: think.take(),
                 new_tokens,
             });
         }
@@ -261,7 +284,7 @@ pub fn parse_sharegpt(
             |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
         );
         let system = (!system.is_empty()).then(|| system.join("\n\n"));
-        out.push(Session { id, system, turns });
+        out.push(Session { id, system, turns, start });
     }
     Ok(out)
 }
@@ -314,7 +337,12 @@ pub fn parse_turns_jsonl(
             |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
         );
         let system = v.get("system").and_then(Value::as_str).map(str::to_owned);
-        out.push(Session { id, system, turns });
+        let start = v
+            .get("start_ms")
+            .and_then(Value::as_f64)
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(|t| Duration::from_secs_f64(t / 1e3));
+        out.push(Session { id, system, turns, start });
     }
     Ok(out)
 }
@@ -493,7 +521,12 @@ impl SessionSource for SessionSynth {
                 new_tokens: n_in,
             });
         }
-        Some(Session { id: format!("synth-{index}"), system: self.system.clone(), turns })
+        Some(Session {
+            id: format!("synth-{index}"),
+            system: self.system.clone(),
+            turns,
+            start: None,
+        })
     }
     fn distinct(&self) -> Option<u64> {
         None
