@@ -21,6 +21,14 @@ use quetta_workload::session::{Draw, Session, SessionList, Turn};
 mod common;
 use common::VecSink;
 
+/// The tests of this file run one at a time: each starts a simulator, a runtime and a timer
+/// thread, and the think-time bounds are about wake-up precision on a 2-core machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// An engine that keeps a copy of every request it is given, then lets the OpenAI adapter
 /// send it.
 struct Logging {
@@ -112,6 +120,7 @@ fn fast_sim() -> SimConfig {
 
 #[test]
 fn history_carries_the_engines_replies_verbatim() {
+    let _serial = serial();
     let r = run(fast_sim(), sessions(2, 3, 6), SessionConfig::per_session(2));
     assert_eq!(r.counts.completed, 2);
     assert_eq!(r.records.len(), 6);
@@ -148,6 +157,7 @@ fn history_carries_the_engines_replies_verbatim() {
 
 #[test]
 fn per_session_pacing_and_think_time() {
+    let _serial = serial();
     let mut sc = SessionConfig::per_session(4);
     sc.think = ThinkTime::Draw(Draw::Fixed { value: 200.0 });
     let r = run(fast_sim(), sessions(4, 5, 4), sc);
@@ -174,6 +184,7 @@ fn per_session_pacing_and_think_time() {
 
 #[test]
 fn cached_tokens_per_turn_match_the_simulators_prefix_cache() {
+    let _serial = serial();
     let r = run(fast_sim(), sessions(3, 4, 40), SessionConfig::per_session(3));
     assert_eq!(r.counts.completed, 3);
     let sim: HashMap<u64, u64> =
@@ -204,6 +215,7 @@ fn cached_tokens_per_turn_match_the_simulators_prefix_cache() {
 
 #[test]
 fn a_failed_turn_ends_its_session() {
+    let _serial = serial();
     let sim_cfg =
         SimConfig { faults: vec!["http500@4".parse::<FaultRule>().unwrap()], ..fast_sim() };
     let r = run(sim_cfg, sessions(3, 4, 4), SessionConfig::per_session(1));
@@ -222,6 +234,7 @@ fn a_failed_turn_ends_its_session() {
 
 #[test]
 fn recorded_start_times_and_think_times() {
+    let _serial = serial();
     let list = sessions(3, 3, 4);
     let offsets: Vec<Duration> = list.iter().map(|s| s.start.unwrap()).collect();
     let sc = SessionConfig {
@@ -257,6 +270,7 @@ fn recorded_start_times_and_think_times() {
 
 #[test]
 fn open_loop_sessions_and_a_request_cap() {
+    let _serial = serial();
     let sc = SessionConfig {
         pacing: Pacing::Open { rate: 50.0, arrival: quetta_workload::arrival::Arrival::Poisson },
         max_concurrency: Some(2),
@@ -286,4 +300,76 @@ fn open_loop_sessions_and_a_request_cap() {
         cur += d;
         assert!(cur <= 2, "more than 2 requests in flight");
     }
+}
+
+#[test]
+fn interleaved_pacing_is_a_barrier_per_turn() {
+    let _serial = serial();
+    let sc = SessionConfig {
+        pacing: Pacing::Interleaved { sessions: 3 },
+        ..SessionConfig::per_session(1)
+    };
+    // 6 sessions: two groups of 3; in each group turn k+1 of every session is sent after
+    // turn k of all three has ended
+    let r = run(fast_sim(), sessions(6, 3, 4), sc);
+    assert_eq!(r.counts.completed, 6);
+    let group = |sid: &str| sid[1..].parse::<usize>().unwrap() / 3;
+    for g in 0..2 {
+        for k in 1..3u32 {
+            let of = |t: u32| {
+                r.records.iter().filter(move |x| {
+                    group(x.session_id.as_deref().unwrap()) == g && x.turn == Some(t)
+                })
+            };
+            let last_end = of(k).map(|x| x.end_offset_ms).fold(0.0, f64::max);
+            let first_send = of(k + 1).map(|x| x.sent_offset_ms.unwrap()).fold(f64::MAX, f64::min);
+            assert!(
+                first_send >= last_end,
+                "group {g}: turn {} sent at {first_send} before turn {k} ended at {last_end}",
+                k + 1
+            );
+            let n = of(k + 1).count();
+            assert_eq!(n, 3);
+        }
+    }
+}
+
+#[test]
+fn warmup_sessions_and_a_duration_cut_sessions_short() {
+    let _serial = serial();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let sim = Simulator::start(fast_sim()).unwrap();
+    let engine: Arc<dyn Engine> =
+        Arc::new(OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap());
+    let sink = VecSink::default();
+    let mut cfg = RunConfig::closed(1, 1);
+    cfg.num_requests = None;
+    cfg.warmup = 2;
+    cfg.duration = Some(Duration::from_millis(400));
+    let mut sc = SessionConfig::per_session(2);
+    sc.think = ThinkTime::Draw(Draw::Fixed { value: 100.0 });
+    let (out, counts) = rt
+        .block_on(async {
+            run_sessions(
+                engine,
+                Box::new(SessionList { sessions: sessions(4, 20, 4), cycle: true }),
+                cfg,
+                sc,
+                Some(Box::new(sink.clone())),
+                vec![],
+                RunControl::new(),
+            )
+            .await
+        })
+        .unwrap();
+    let recs = sink.0.lock().unwrap().clone();
+    // 2 warmup sessions of 20 turns ran first and are not in the results
+    assert_eq!(out.warmup_completed, 40);
+    assert!(recs.iter().all(|x| !matches!(x.session_id.as_deref(), Some("s0" | "s1"))));
+    // 400 ms with a 100 ms think time: a few turns each, then cut short
+    assert_eq!(counts.started, 2);
+    assert_eq!(counts.truncated, 2, "{counts:?}");
+    assert!((4..=10).contains(&recs.len()), "{} turns", recs.len());
+    assert!(recs.iter().all(RequestRecord::ok));
 }
