@@ -729,7 +729,10 @@ async fn run(
             spec.validate().context("synthetic workload")?;
             match (&tokenizer, a.mode) {
                 (t, ModeArg::Stress) => {
-                    notes.push("stress mode: every prompt is unique from its first token (no prefix-cache hits), and ignore_eos with min_tokens = max_tokens asks for exactly the planned output length".into());
+                    notes.push("stress mode: every prompt is unique from its first word (its first token with --tokenizer), so a prefix cache has next to nothing to serve, and ignore_eos with min_tokens = max_tokens asks for exactly the planned output length".into());
+                    if a.endpoint == Endpoint::Chat {
+                        notes.push("stress mode on the chat endpoint: the server's chat template puts the same tokens before every prompt, which it may serve from cache (about 25 tokens per request on llama.cpp with SmolLM2); --endpoint completions leaves nothing shared".into());
+                    }
                     Box::new(StressWorkload::new(spec, t.clone(), a.token_ids))
                 }
                 (Some(t), ModeArg::Normal) => {

@@ -163,7 +163,8 @@ mod tests {
 
 /// Stress-mode prompts: the lengths of a [`SyntheticSpec`], every prompt unique from its
 /// first token so that no prefix cache can serve any part of it. Without a tokenizer the
-/// first word is a per-request nonce followed by random corpus words; with one, the first
+/// first word is a per-request nonce (unique as a word; its first token may repeat) followed
+/// by random corpus words; with one, the first
 /// two tokens are the request's [`ExactPrompts::block_marker`], followed by corpus tokens
 /// (token ids with `token_ids`, else text of exactly the planned length).
 #[derive(Debug, Clone)]
@@ -193,8 +194,10 @@ impl Workload for StressWorkload {
                     _ => String::new(),
                 };
                 let rest = text.split_once(' ').map_or("", |(_, r)| r);
-                let unique =
-                    if n > 1 { format!("q{nonce:x} {rest}") } else { format!("q{nonce:x}") };
+                // Hex digits lowest first, so even the first character differs between
+                // consecutive requests (a tokenizer may still share a first token 1 in 16).
+                let tag: String = format!("{nonce:x}").chars().rev().collect();
+                let unique = if n > 1 { format!("{tag} {rest}") } else { tag };
                 p.prompt = if self.spec.chat {
                     Prompt::Chat(vec![Message::text("user", unique)])
                 } else {

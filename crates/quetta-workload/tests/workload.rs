@@ -356,3 +356,36 @@ fn far_future_timestamp_is_an_error_not_a_wrapped_offset() {
     let e = parse_azure(text, Path::new("far.csv")).unwrap_err().to_string();
     assert!(e.contains("far.csv:3: field TIMESTAMP") && e.contains("too far"), "{e}");
 }
+
+#[test]
+fn stress_prompts_share_no_first_token_and_keep_exact_lengths() {
+    use quetta_workload::synthetic::{StressWorkload, SyntheticSpec};
+    let spec = SyntheticSpec {
+        input_len: 40,
+        input_stddev: 8.0,
+        output_len: 16,
+        output_stddev: 0.0,
+        chat: false,
+        seed: 5,
+    };
+    let t = tok("gpt2");
+    let mut ids = StressWorkload::new(spec.clone(), Some(t.clone()), true);
+    let mut text = StressWorkload::new(spec.clone(), Some(t.clone()), false);
+    let mut words = StressWorkload::new(spec, None, false);
+    let mut leads = std::collections::HashSet::new();
+    let mut first_words = std::collections::HashSet::new();
+    for i in 0..300 {
+        let p = ids.request(i).unwrap();
+        let Prompt::TokenIds(v) = &p.prompt else { panic!("token ids") };
+        assert_eq!(v.len() as u32, p.input_tokens);
+        assert!(leads.insert(v[0]), "request {i} shares its first token");
+        let q = text.request(i).unwrap();
+        let Prompt::Text(s) = &q.prompt else { panic!("text") };
+        assert_eq!(t.count(s) as u32, q.input_tokens, "exact length");
+        assert!(q.input_tokens_exact);
+        let w = words.request(i).unwrap();
+        let Prompt::Text(s) = &w.prompt else { panic!("text") };
+        assert_eq!(s.split_whitespace().count() as u32, w.input_tokens);
+        assert!(first_words.insert(s.split_whitespace().next().unwrap().to_owned()));
+    }
+}
