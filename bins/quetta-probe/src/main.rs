@@ -1,0 +1,257 @@
+//! `quetta-probe`: live-server probes, GPU telemetry and CUDA kernel summaries.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use quetta_engine::Engine;
+use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+use quetta_probe::probes::{self, ProbeContext, ProbeOutput};
+
+#[derive(Parser)]
+#[command(
+    name = "quetta-probe",
+    version,
+    about = "Where the time goes: live-server probes, GPU telemetry and kernel summaries"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Server root URL (http:// or https://).
+    #[arg(long)]
+    base_url: String,
+    /// OpenAI API to call: chat or completions.
+    #[arg(long, default_value = "chat")]
+    endpoint: String,
+    /// Model name (default: the first model listed by /v1/models).
+    #[arg(long)]
+    model: Option<String>,
+    /// API key, sent as `Authorization: Bearer` (never written anywhere).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// The server's Prometheus endpoint (default: BASE_URL/metrics).
+    #[arg(long)]
+    metrics_url: Option<String>,
+    /// Directory for the CSV and meta.json.
+    #[arg(long, default_value = "quetta-probe-results")]
+    output_dir: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// TTFT against new and cached prompt tokens, fitted as floor + a·new + b·cached.
+    Ttft {
+        #[command(flatten)]
+        c: Common,
+        /// New (uncached) prompt tokens, comma-separated.
+        #[arg(long, default_value = "64,256,1024", value_delimiter = ',')]
+        new_tokens: Vec<u32>,
+        /// Cached prefix tokens, comma-separated.
+        #[arg(long, default_value = "0,512,2048", value_delimiter = ',')]
+        cached_tokens: Vec<u32>,
+        #[arg(long, default_value_t = 3)]
+        repeats: u32,
+    },
+    /// Steady-state inter-token latency over batch size × context length.
+    DecodeGrid {
+        #[command(flatten)]
+        c: Common,
+        #[arg(long, default_value = "1,4,16", value_delimiter = ',')]
+        batches: Vec<usize>,
+        #[arg(long, default_value = "128,1024", value_delimiter = ',')]
+        contexts: Vec<u32>,
+        #[arg(long, default_value_t = 64)]
+        output_tokens: u32,
+    },
+    /// N identical cached requests at once: client TTFT against the server's own.
+    Herd {
+        #[command(flatten)]
+        c: Common,
+        #[arg(long, default_value_t = 32)]
+        n: usize,
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: u32,
+        #[arg(long, default_value_t = 16)]
+        output_tokens: u32,
+    },
+    /// Where prefix-cache hits turn into misses: the usable KV pool.
+    KvCapacity {
+        #[command(flatten)]
+        c: Common,
+        #[arg(long, default_value_t = 64)]
+        prompts: u32,
+        #[arg(long, default_value_t = 1024)]
+        prompt_tokens: u32,
+    },
+    /// The server's queue/prefill/decode/e2e metrics beside the client's view, at concurrency 1.
+    StageSplit {
+        #[command(flatten)]
+        c: Common,
+        #[arg(long, default_value_t = 20)]
+        n: u32,
+        #[arg(long, default_value_t = 256)]
+        prompt_tokens: u32,
+        #[arg(long, default_value_t = 64)]
+        output_tokens: u32,
+    },
+    /// Sample NVIDIA GPUs through NVML (power, energy, utilisation, memory, clocks, temperature).
+    Gpu {
+        #[arg(long, default_value = "10")]
+        duration: f64,
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+        #[arg(long, default_value = "quetta-probe-results")]
+        output_dir: PathBuf,
+    },
+    /// Summarise a CUDA kernel trace written by the quetta-cupti injection library.
+    Kernels {
+        file: PathBuf,
+        /// An idle gap longer than this (µs) separates two steps.
+        #[arg(long, default_value_t = 200)]
+        step_gap_us: u64,
+    },
+}
+
+async fn context(c: &Common) -> Result<ProbeContext> {
+    if !(c.base_url.starts_with("http://") || c.base_url.starts_with("https://")) {
+        bail!("--base-url {:?} must start with http:// or https://", c.base_url);
+    }
+    let key = c.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
+    let model = match &c.model {
+        Some(m) => m.clone(),
+        None => list_models(&c.base_url, key.as_ref(), false, Duration::from_secs(15))
+            .await
+            .with_context(|| format!("no --model given and GET {}/v1/models failed", c.base_url))?
+            .into_iter()
+            .next()
+            .context("/v1/models lists no model")?,
+    };
+    let api = match c.endpoint.as_str() {
+        "chat" => Api::Chat,
+        "completions" => Api::Completions,
+        e => bail!("--endpoint {e:?}: expected chat or completions"),
+    };
+    let mut cfg = OpenAiConfig::new(&c.base_url, api, &model);
+    cfg.api_key = key;
+    let engine: Arc<dyn Engine> =
+        Arc::new(OpenAiEngine::new(cfg).context("configuring the OpenAI adapter")?);
+    Ok(ProbeContext {
+        engine,
+        chat: api == Api::Chat,
+        base_url: c.base_url.clone(),
+        model,
+        metrics_url: Some(
+            c.metrics_url
+                .clone()
+                .unwrap_or_else(|| format!("{}/metrics", c.base_url.trim_end_matches('/'))),
+        ),
+        seed: c.seed,
+    })
+}
+
+async fn server_kind(ctx: &ProbeContext) -> String {
+    match &ctx.metrics_url {
+        Some(u) => quetta_probe::scrape::scrape_once(u, None).await.map_or_else(
+            |_| "unknown".to_owned(),
+            |e| quetta_probe::server::server_kind(&e).to_owned(),
+        ),
+        None => "unknown".into(),
+    }
+}
+
+fn print(out: &ProbeOutput, files: &(PathBuf, PathBuf)) {
+    println!("{}", out.header.join("\t"));
+    for r in &out.rows {
+        println!("{}", r.join("\t"));
+    }
+    println!("\nsummary: {}", serde_json::to_string_pretty(&out.summary).unwrap_or_default());
+    println!("wrote {} and {}", files.0.display(), files.1.display());
+}
+
+async fn probe(cmd: Cmd) -> Result<ExitCode> {
+    let (c, out) = match &cmd {
+        Cmd::Ttft { c, new_tokens, cached_tokens, repeats } => {
+            let ctx = context(c).await?;
+            (c, (ctx.clone(), probes::ttft(&ctx, new_tokens, cached_tokens, *repeats).await))
+        }
+        Cmd::DecodeGrid { c, batches, contexts, output_tokens } => {
+            let ctx = context(c).await?;
+            (c, (ctx.clone(), probes::decode_grid(&ctx, batches, contexts, *output_tokens).await))
+        }
+        Cmd::Herd { c, n, prompt_tokens, output_tokens } => {
+            let ctx = context(c).await?;
+            (c, (ctx.clone(), probes::herd(&ctx, *n, *prompt_tokens, *output_tokens).await))
+        }
+        Cmd::KvCapacity { c, prompts, prompt_tokens } => {
+            let ctx = context(c).await?;
+            (c, (ctx.clone(), probes::kv_capacity(&ctx, *prompts, *prompt_tokens).await))
+        }
+        Cmd::StageSplit { c, n, prompt_tokens, output_tokens } => {
+            let ctx = context(c).await?;
+            (c, (ctx.clone(), probes::stage_split(&ctx, *n, *prompt_tokens, *output_tokens).await))
+        }
+        Cmd::Gpu { .. } | Cmd::Kernels { .. } => unreachable!("handled in main"),
+    };
+    let (ctx, res) = out;
+    let res = res.context("the probe")?;
+    let kind = server_kind(&ctx).await;
+    let files = probes::write(&res, &ctx, &c.output_dir, &kind)?;
+    print(&res, &files);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn gpu(duration: f64, interval_ms: u64, dir: &std::path::Path) -> Result<ExitCode> {
+    if !(duration.is_finite() && duration > 0.0) || interval_ms == 0 {
+        bail!("--duration and --interval-ms must be positive");
+    }
+    let src = match quetta_probe::gpu::open_nvml() {
+        Ok(s) => s,
+        Err(e) => {
+            println!("{e}");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let series = dir.join("gpu.jsonl");
+    let s = quetta_probe::gpu::Sampler::start(
+        src,
+        Duration::from_millis(interval_ms),
+        Some(series.clone()),
+    );
+    std::thread::sleep(Duration::from_secs_f64(duration));
+    let r = s.finish();
+    let json = serde_json::to_string_pretty(&r)?;
+    std::fs::write(dir.join("gpu.json"), json.clone() + "\n")?;
+    println!("{json}\nwrote {} and {}", series.display(), dir.join("gpu.json").display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Gpu { duration, interval_ms, output_dir } => gpu(duration, interval_ms, &output_dir),
+        Cmd::Kernels { file, step_gap_us } => {
+            let k = quetta_probe::kernels::load(&file)?;
+            let s = quetta_probe::kernels::summarise(&k, step_gap_us * 1000);
+            println!("{}", serde_json::to_string_pretty(&s)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        cmd => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(probe(cmd))
+        }
+    }
+}

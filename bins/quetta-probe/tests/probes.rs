@@ -1,0 +1,175 @@
+//! Every live probe through the `quetta-probe` binary, against the simulator (with known
+//! costs) and against the real llama.cpp server (`QUETTA_LLAMA_URL`, started by `.ci/run`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use quetta_sim::{SimConfig, Simulator};
+
+fn probe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quetta-probe")).args(args).output().expect("run quetta-probe")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quetta-probe-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn meta(dir: &Path, probe: &str) -> serde_json::Value {
+    let m: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("{probe}.meta.json"))).unwrap(),
+    )
+    .unwrap();
+    for k in [
+        "schema_version",
+        "probe",
+        "parameters",
+        "server",
+        "model",
+        "tool_version",
+        "time_unix_s",
+        "host",
+        "summary",
+    ] {
+        assert!(!m[k].is_null(), "{probe}.meta.json lacks {k}");
+    }
+    assert_eq!(m["probe"], probe);
+    let csv = std::fs::read_to_string(dir.join(format!("{probe}.csv"))).unwrap();
+    assert!(csv.lines().count() >= 2, "{probe}.csv has rows");
+    m
+}
+
+#[test]
+fn probes_against_the_simulator_recover_its_costs() {
+    // 400 µs of prefill per uncached token (large beside the few µs per token that parsing
+    // and hashing a prompt cost a debug build), 5 ms base, a prefix cache of 64 blocks
+    // (1,024 tokens)
+    let sim = Simulator::start(SimConfig {
+        ttft: Duration::from_millis(5),
+        prefill_per_token: Duration::from_micros(400),
+        itl: Duration::from_millis(2),
+        prefix_cache_blocks: 64,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let url = sim.base_url();
+    let d = tmp("sim");
+    let ds = d.to_str().unwrap();
+    let run = |probe_args: &[&str]| {
+        let mut a: Vec<&str> = probe_args.to_vec();
+        a.extend(["--base-url", url.as_str(), "--output-dir", ds]);
+        let o = probe(&a);
+        assert!(o.status.success(), "{probe_args:?}: {}", text(&o));
+    };
+    run(&["ttft", "--new-tokens", "32,96,192", "--cached-tokens", "0,256,512", "--repeats", "2"]);
+    let m = meta(&d, "ttft");
+    let a = m["summary"]["per_new_token_ms"].as_f64().unwrap();
+    println!("ttft fit: {}", m["summary"]);
+    assert!((a / 0.4 - 1.0).abs() < 0.05, "per-token prefill {a} ms, the simulator's is 0.4 ms");
+    let b = m["summary"]["per_cached_token_ms"].as_f64().unwrap();
+    assert!(b.abs() < 0.01, "cached tokens cost nothing: {b}");
+    assert_eq!(m["summary"]["cached_tokens_from"], "usage");
+    assert_eq!(m["server"]["kind"], "vllm");
+
+    run(&["decode-grid", "--batches", "1,4", "--contexts", "32,256", "--output-tokens", "24"]);
+    let m = meta(&d, "decode-grid");
+    for c in m["summary"]["cells"].as_array().unwrap() {
+        let itl = c["itl_ms"].as_f64().unwrap();
+        assert!((1.9..3.5).contains(&itl), "the simulator's ITL is 2 ms: {c}");
+    }
+
+    run(&["herd", "--n", "8", "--prompt-tokens", "64", "--output-tokens", "4"]);
+    let m = meta(&d, "herd");
+    let client = m["summary"]["client_ttft_mean_ms"].as_f64().unwrap();
+    let server = m["summary"]["server_ttft_mean_ms"].as_f64().unwrap();
+    assert!(client >= server && client - server < 5.0, "client {client} ms vs server {server} ms");
+
+    run(&["kv-capacity", "--prompts", "16", "--prompt-tokens", "128"]);
+    let m = meta(&d, "kv-capacity");
+    let pool = m["summary"]["usable_kv_tokens"].as_u64().unwrap();
+    println!("kv-capacity: {}", m["summary"]);
+    assert!((768..=1152).contains(&pool), "the simulator holds 1,024 tokens: found {pool}");
+
+    run(&["stage-split", "--n", "4", "--prompt-tokens", "64", "--output-tokens", "8"]);
+    let m = meta(&d, "stage-split");
+    let st = &m["summary"]["stages"];
+    let srv = st["e2e"]["server_ms"].as_f64().unwrap();
+    let cli = st["e2e"]["client_ms"].as_f64().unwrap();
+    assert!(cli >= srv && cli - srv < 5.0, "e2e client {cli} ms vs server {srv} ms");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn probes_against_real_llama_cpp() {
+    let url = match std::env::var("QUETTA_LLAMA_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must start the llama.cpp server and set QUETTA_LLAMA_URL"
+            );
+            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
+            return;
+        }
+    };
+    let d = tmp("llama");
+    let ds = d.to_str().unwrap();
+    for (args, probe_name) in [
+        (
+            vec!["ttft", "--new-tokens", "16,64", "--cached-tokens", "0,64", "--repeats", "1"],
+            "ttft",
+        ),
+        (
+            vec!["decode-grid", "--batches", "1,2", "--contexts", "32", "--output-tokens", "8"],
+            "decode-grid",
+        ),
+        (vec!["herd", "--n", "3", "--prompt-tokens", "32", "--output-tokens", "4"], "herd"),
+        (vec!["kv-capacity", "--prompts", "3", "--prompt-tokens", "32"], "kv-capacity"),
+        (
+            vec!["stage-split", "--n", "2", "--prompt-tokens", "32", "--output-tokens", "4"],
+            "stage-split",
+        ),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--base-url", url.as_str(), "--output-dir", ds]);
+        let o = probe(&a);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        let m = meta(&d, probe_name);
+        assert_eq!(m["server"]["kind"], "llama.cpp");
+        println!("llama.cpp {probe_name}: {}", m["summary"]);
+    }
+    let m = meta(&d, "stage-split");
+    assert!(
+        m["summary"]["stages"]["prefill"]["server_ms"].is_number(),
+        "llama.cpp's prompt_seconds_total"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn gpu_without_a_driver_and_kernel_summaries() {
+    let o = probe(&["gpu", "--duration", "0.2", "--output-dir", tmp("gpu").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    if out.contains("no NVIDIA driver") {
+        assert_eq!(out.trim().lines().count(), 1, "one line: {out}");
+    } else {
+        assert!(out.contains("avg_power_w"), "{out}");
+    }
+    let d = tmp("kernels");
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("k.csv");
+    std::fs::write(&f, "name,start_ns,end_ns,grid_x,grid_y,grid_z,block_x,block_y,block_z,stream,correlation\nampere_sgemm_128x64,0,1000,1,1,1,1,1,1,7,1\nflash_fwd_kernel,1000,1500,1,1,1,1,1,1,7,2\n").unwrap();
+    let o = probe(&["kernels", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["kernels"], 2);
+    assert_eq!(s["families"][0]["family"], "gemm");
+    let _ = std::fs::remove_dir_all(&d);
+}

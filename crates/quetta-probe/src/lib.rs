@@ -1,0 +1,19 @@
+//! `quetta-probe`: where the time goes.
+//!
+//! - [`prom`]: a complete parser of the Prometheus text format; [`server`] maps vLLM, SGLang,
+//!   TGI and llama.cpp metric names onto common quantities and computes run deltas;
+//!   [`scrape`] scrapes `/metrics` during a run.
+//! - [`gpu`]: GPU telemetry (NVML through `nvml-wrapper`, loaded at run time) behind a
+//!   trait with a fake, sampled on its own thread.
+//! - [`probes`]: live-server probes over the engine trait (TTFT against new and cached
+//!   tokens, decode grid, herd, KV capacity, stage split), each writing a CSV and a
+//!   `meta.json` sidecar.
+//! - [`kernels`]: summaries of CUDA kernel activity recorded by the `quetta-cupti`
+//!   injection library.
+
+pub mod gpu;
+pub mod kernels;
+pub mod probes;
+pub mod prom;
+pub mod scrape;
+pub mod server;
