@@ -68,6 +68,8 @@ pub fn main(dir: &Path) -> Result<ExitCode> {
         client: ClientStats::default(),
         notes,
         sessions: None,
+        server_metrics: None,
+        gpu: None,
         aggregate: rb.aggregate,
     };
     fs::write(&sum_path, serde_json::to_string_pretty(&s)? + "\n")

@@ -281,6 +281,21 @@ pub struct RunArgs {
     /// min_tokens = max_tokens; summary.json reports the share with the planned length.
     #[arg(long, value_enum, default_value = "normal")]
     mode: ModeArg,
+    /// Scrape the server's Prometheus metrics during the run (`auto`: BASE_URL/metrics), keep
+    /// the series in server_metrics.jsonl and report the run's deltas (vLLM, SGLang, TGI and
+    /// llama.cpp names).
+    #[arg(long)]
+    server_metrics: Option<String>,
+    /// Interval between two scrapes.
+    #[arg(long, value_parser = duration_arg, default_value = "1s")]
+    server_metrics_interval: Duration,
+    /// Sample the local NVIDIA GPUs through NVML during the run (gpu.jsonl; energy per
+    /// output token in the summary). Without a driver the run says so and goes on.
+    #[arg(long)]
+    gpu_telemetry: bool,
+    /// Interval between two GPU samples.
+    #[arg(long, value_parser = duration_arg, default_value = "100ms")]
+    gpu_interval: Duration,
     /// POST to this path of the server (e.g. /reset_prefix_cache for vLLM, /flush_cache for
     /// SGLang) after the warmup, before the measured phase; the run fails if it fails.
     #[arg(long)]
@@ -1003,6 +1018,36 @@ async fn run(
     }
     let progress =
         (!a.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(control.clone()));
+    let scraper = a.server_metrics.as_ref().map(|u| {
+        let url = if u == "auto" {
+            format!("{}/metrics", base_url.trim_end_matches('/'))
+        } else {
+            u.clone()
+        };
+        quetta_probe::scrape::Scraper::start(quetta_probe::scrape::ScrapeConfig {
+            url,
+            interval: a.server_metrics_interval,
+            bearer: a.api_key.clone().filter(|k| !k.is_empty()),
+            series: Some(out_dir.join("server_metrics.jsonl")),
+        })
+    });
+    let mut gpu_note = None;
+    let gpu = if a.gpu_telemetry {
+        match quetta_probe::gpu::open_nvml() {
+            Ok(src) => Some(quetta_probe::gpu::Sampler::start(
+                src,
+                a.gpu_interval,
+                Some(out_dir.join("gpu.jsonl")),
+            )),
+            Err(e) => {
+                eprintln!("{e}");
+                gpu_note = Some(e);
+                None
+            }
+        }
+    } else {
+        None
+    };
     let sink = Some(Box::new(JsonlSink::new(file)) as Box<dyn quetta_loadgen::RecordSink>);
     let (outcome, session_counts) = match (sessions, session_cfg) {
         (Some((src, _, _)), Some(sc)) => {
@@ -1023,10 +1068,34 @@ async fn run(
         p.abort();
         eprint!("\r\x1b[2K");
     }
+    let server_report = match scraper {
+        Some(s) => Some(s.finish().await),
+        None => None,
+    };
+    let gpu_report = gpu.map(quetta_probe::gpu::Sampler::finish);
     drop(sim);
 
     let mut summary =
         build_summary(&a, outcome, config_json, &base_url, &model, &backend, notes, threads);
+    if let Some(n) = gpu_note {
+        summary.notes.push(n);
+    }
+    if let Some(r) = server_report {
+        if r.scrapes == 0 {
+            summary.notes.push(format!(
+                "--server-metrics: no scrape of {} succeeded: {}",
+                r.url,
+                r.last_error.clone().unwrap_or_default()
+            ));
+        }
+        summary.server_metrics = serde_json::to_value(&r).ok();
+    }
+    if let Some(g) = gpu_report {
+        let per_token = g.energy_per_token_j(summary.metrics.total_output_tokens);
+        let mut v = serde_json::to_value(&g).unwrap_or_default();
+        v["energy_per_output_token_j"] = serde_json::json!(per_token);
+        summary.gpu = Some(v);
+    }
     if let Some(c) = session_counts {
         if c.failed > 0 {
             summary.notes.push(format!(
@@ -1147,6 +1216,8 @@ fn build_summary(
         client: crate::sysinfo::client_stats(threads),
         notes,
         sessions: None,
+        server_metrics: None,
+        gpu: None,
         aggregate: o.aggregate,
     }
 }

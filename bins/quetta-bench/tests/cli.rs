@@ -675,3 +675,67 @@ fn stress_mode_gets_the_planned_output_length_and_resets_the_cache() {
     assert!(out.contains("/no_such_endpoint") && out.contains("404"), "{out}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn server_metrics_and_gpu_telemetry_during_a_run() {
+    let d = tmpdir("server-metrics");
+    let o = run(&[
+        "run",
+        "--num-requests",
+        "30",
+        "--concurrency",
+        "6",
+        "--output-len",
+        "16",
+        "--server-metrics",
+        "auto",
+        "--server-metrics-interval",
+        "100ms",
+        "--gpu-telemetry",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("server     vllm"), "{out}");
+    let s = summary(&d);
+    let errors: Vec<String> =
+        schema().iter_errors(&s).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "summary.json violates its schema: {errors:?}");
+    let sm = &s["server_metrics"];
+    assert!(sm["scrapes"].as_u64().unwrap() >= 2);
+    // the server's counters moved by exactly what the client measured
+    assert_eq!(sm["deltas"]["requests_succeeded"]["delta"], 30.0);
+    assert_eq!(
+        sm["deltas"]["generation_tokens"]["delta"].as_f64(),
+        s["total_output_tokens"].as_f64()
+    );
+    assert_eq!(sm["deltas"]["prompt_tokens"]["delta"].as_f64(), s["total_input_tokens"].as_f64());
+    assert_eq!(sm["deltas"]["ttft_s"]["count"], 30.0);
+    let series = std::fs::read_to_string(d.join("server_metrics.jsonl")).unwrap();
+    assert_eq!(series.lines().count() as u64, sm["scrapes"].as_u64().unwrap());
+    // GPU telemetry: a clean one-line note here (no driver); a report where there is one
+    if s["gpu"].is_null() {
+        assert!(s["notes"].to_string().contains("no NVIDIA driver"), "{}", s["notes"]);
+    } else {
+        assert!(s["gpu"]["energy_per_output_token_j"].is_number());
+    }
+    // a metrics URL nobody answers: the run goes on and says so
+    let o = run(&[
+        "run",
+        "--num-requests",
+        "3",
+        "--server-metrics",
+        "http://127.0.0.1:9/metrics",
+        "--overwrite",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d);
+    assert_eq!(s["completed"], 3);
+    assert!(s["notes"].to_string().contains("no scrape of http://127.0.0.1:9/metrics succeeded"));
+    let _ = std::fs::remove_dir_all(&d);
+}

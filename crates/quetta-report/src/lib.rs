@@ -71,6 +71,12 @@ pub struct Summary {
     /// Multi-turn runs: how the sessions ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionsSummary>,
+    /// `--server-metrics`: what the server's own Prometheus metrics said over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<serde_json::Value>,
+    /// `--gpu-telemetry`: power and energy of the server's GPUs over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<serde_json::Value>,
     /// The mergeable aggregate (HdrHistograms), for combining runs from many machines.
     pub aggregate: Aggregate,
 }
@@ -290,6 +296,51 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             g.share_meeting_all * 100.0,
             per.join(", ")
         );
+    }
+    if let Some(sm) = &sum.server_metrics {
+        let d = &sm["deltas"];
+        let mut parts =
+            vec![format!("{} ({} scrapes", sm["server"].as_str().unwrap_or("?"), sm["scrapes"])];
+        if sm["failed_scrapes"].as_u64().unwrap_or(0) > 0 {
+            let _ = write!(parts[0], ", {} failed", sm["failed_scrapes"]);
+        }
+        parts[0].push(')');
+        for (k, label, scale, unit) in [
+            ("queue_time_s", "queue", 1e3, "ms"),
+            ("prefill_time_s", "prefill", 1e3, "ms"),
+            ("decode_time_s", "decode", 1e3, "ms"),
+            ("ttft_s", "TTFT", 1e3, "ms"),
+            ("e2e_s", "E2E", 1e3, "ms"),
+        ] {
+            if let Some(v) = d[k]["mean"].as_f64() {
+                parts.push(format!("{label} mean {:.1} {unit}", v * scale));
+            }
+        }
+        if let (Some(h), Some(q)) =
+            (d["prefix_cache_hits"]["delta"].as_f64(), d["prefix_cache_queries"]["delta"].as_f64())
+        {
+            if q > 0.0 {
+                parts.push(format!("prefix-cache hit rate {:.1}%", h / q * 100.0));
+            }
+        }
+        if let Some(p) = d["preemptions"]["delta"].as_f64() {
+            parts.push(format!("{p:.0} preemptions"));
+        }
+        let _ = writeln!(s, "server     {}", parts.join(", "));
+    }
+    if let Some(g) = &sum.gpu {
+        if let Some(e) = g["energy_j"].as_f64() {
+            let _ = writeln!(
+                s,
+                "gpu        {} GPUs, average {:.0} W, {:.1} J{}",
+                g["devices"].as_array().map_or(0, Vec::len),
+                g["avg_power_w"].as_f64().unwrap_or(0.0),
+                e,
+                g["energy_per_output_token_j"]
+                    .as_f64()
+                    .map_or(String::new(), |j| format!(", {j:.3} J per output token"))
+            );
+        }
     }
     if m.retried_requests > 0 {
         let _ = writeln!(
