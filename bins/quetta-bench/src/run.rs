@@ -268,6 +268,12 @@ pub struct RunArgs {
     /// uniform:500ms-3s, or recorded[:FALLBACK] (the time recorded in the data).
     #[arg(long, default_value = "0")]
     think_time: String,
+    /// Header carrying each request's session id for sticky routing (`none`: no header).
+    #[arg(long, default_value = "x-session-id")]
+    session_header: String,
+    /// Body field carrying the session id (`none`: no field).
+    #[arg(long, default_value = "user")]
+    session_body_field: String,
     /// Which replies earlier turns carry.
     #[arg(long, value_enum, default_value = "engine")]
     history: HistoryArg,
@@ -887,6 +893,9 @@ async fn run(
     ocfg.http2 = a.http2;
     ocfg.insecure = a.insecure;
     ocfg.ca_cert.clone_from(&a.ca_cert);
+    ocfg.session_header = (a.session_header != "none").then(|| a.session_header.clone());
+    ocfg.session_body_field =
+        (a.session_body_field != "none").then(|| a.session_body_field.clone());
     ocfg.timeouts = Timeouts {
         connect: a.connect_timeout,
         first_byte: None,

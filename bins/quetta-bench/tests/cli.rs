@@ -739,3 +739,46 @@ fn server_metrics_and_gpu_telemetry_during_a_run() {
     assert!(s["notes"].to_string().contains("no scrape of http://127.0.0.1:9/metrics succeeded"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn session_ids_reach_the_server_for_sticky_routing_unless_turned_off() {
+    for (flags, expect) in [
+        (vec![], true),
+        (vec!["--session-header", "none"], true), // still in the body's `user`
+        (vec!["--session-header", "none", "--session-body-field", "none"], false),
+    ] {
+        let sim = quetta_sim::Simulator::start(quetta_sim::SimConfig {
+            ttft: std::time::Duration::from_millis(1),
+            itl: std::time::Duration::from_millis(1),
+            ..quetta_sim::SimConfig::default()
+        })
+        .unwrap();
+        let d = tmpdir("sticky");
+        let url = sim.base_url();
+        let mut a = vec![
+            "run",
+            "--base-url",
+            &url,
+            "--profile",
+            "mtbench-2turn",
+            "--num-sessions",
+            "2",
+            "--output-len",
+            "4",
+            "--quiet",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ];
+        a.extend(flags.iter().copied());
+        let o = run(&a);
+        assert!(o.status.success(), "{}", text(&o));
+        let recs = sim.records();
+        assert_eq!(recs.len(), 4);
+        assert!(
+            recs.iter().all(|r| r.session_id.is_some() == expect),
+            "{flags:?}: {:?}",
+            recs.iter().map(|r| r.session_id.clone()).collect::<Vec<_>>()
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
