@@ -285,6 +285,22 @@ impl Shared {
         p
     }
 
+    /// End a warmup phase: drain it, count its successes and failures (their records are
+    /// left out of the results) and publish the count.
+    pub(crate) async fn finish_warmup(&self, rx: &mpsc::Receiver<Observation>) -> (u64, u64) {
+        self.drain(self.cfg.drain_timeout).await;
+        let (mut ok, mut failed) = (0, 0);
+        for o in rx.try_iter() {
+            if o.error.is_none() {
+                ok += 1;
+            } else {
+                failed += 1;
+            }
+        }
+        self.control.progress.warmup_done.store(ok + failed, Ordering::Relaxed);
+        (ok, failed)
+    }
+
     /// Give the tasks in flight `timeout` to finish, then cancel the rest (recorded as
     /// cancelled). Returns how many were cancelled.
     pub(crate) async fn drain(&self, timeout: Duration) -> u64 {
@@ -469,15 +485,7 @@ pub async fn run(
         };
         let (tx, rx) = mpsc::channel::<Observation>();
         closed_loop(&sh, 0, Some(cfg.warmup), None, conc, Instant::now(), tx).await;
-        sh.drain(cfg.drain_timeout).await;
-        for o in rx.try_iter() {
-            if o.error.is_none() {
-                warm_ok += 1;
-            } else {
-                warm_fail += 1;
-            }
-        }
-        control.progress.warmup_done.store(warm_ok + warm_fail, Ordering::Relaxed);
+        (warm_ok, warm_fail) = sh.finish_warmup(&rx).await;
     }
 
     if let Some(h) = &cfg.before_measured {

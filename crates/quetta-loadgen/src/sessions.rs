@@ -457,15 +457,7 @@ pub async fn run_sessions(
         let ph = phase(tx, Some(cfg.warmup), None, None, Instant::now(), Arc::default());
         per_session(&ph, n.min(cfg.warmup as usize).max(1)).await;
         drop(ph);
-        sh.drain(cfg.drain_timeout).await;
-        for o in rx.try_iter() {
-            if o.error.is_none() {
-                warm_ok += 1;
-            } else {
-                warm_fail += 1;
-            }
-        }
-        control.progress.warmup_done.store(warm_ok + warm_fail, Ordering::Relaxed);
+        (warm_ok, warm_fail) = sh.finish_warmup(&rx).await;
     }
 
     if let Some(h) = &cfg.before_measured {

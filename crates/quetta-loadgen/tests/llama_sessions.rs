@@ -2,32 +2,17 @@
 //! `scripts/llama-server-start.sh`, which `.ci/run` runs and which sets `QUETTA_LLAMA_URL`):
 //! the engine's own replies go back into the history, turn after turn.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use quetta_engine::{Engine, EngineRequest, EventStream, Message, Prompt};
+use quetta_engine::{Message, Prompt};
 use quetta_loadgen::{run_sessions, RunConfig, RunControl, SessionConfig};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{list_models, Api, OpenAiConfig, OpenAiEngine};
 use quetta_workload::session::{Session, SessionList, Turn};
 
 mod common;
-use common::VecSink;
-
-struct Logging {
-    inner: OpenAiEngine,
-    sent: Mutex<Vec<EngineRequest>>,
-}
-
-impl Engine for Logging {
-    fn name(&self) -> &'static str {
-        "logging"
-    }
-    fn send(&self, request: EngineRequest) -> EventStream {
-        self.sent.lock().unwrap().push(request.clone());
-        self.inner.send(request)
-    }
-}
+use common::{Logging, VecSink};
 
 fn server() -> Option<String> {
     match std::env::var("QUETTA_LLAMA_URL") {
@@ -67,10 +52,9 @@ async fn multi_turn_sessions_feed_llama_cpp_its_own_replies() {
             start: None,
         })
         .collect();
-    let engine = Arc::new(Logging {
-        inner: OpenAiEngine::new(OpenAiConfig::new(&url, Api::Chat, &models[0])).unwrap(),
-        sent: Mutex::new(Vec::new()),
-    });
+    let engine = Arc::new(Logging::new(
+        OpenAiEngine::new(OpenAiConfig::new(&url, Api::Chat, &models[0])).unwrap(),
+    ));
     let sink = VecSink::default();
     let mut cfg = RunConfig::closed(1, 1);
     cfg.num_requests = None;

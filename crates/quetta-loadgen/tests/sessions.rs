@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quetta_engine::{Engine, EngineRequest, EventStream, Message, Prompt};
+use quetta_engine::{Engine, EngineRequest, Message, Prompt};
 use quetta_loadgen::{
     run_sessions, Pacing, RunConfig, RunControl, RunOutcome, SessionConfig, SessionCounts,
     ThinkTime,
@@ -19,7 +19,7 @@ use quetta_sim::{SimConfig, Simulator};
 use quetta_workload::session::{Draw, Session, SessionList, Turn};
 
 mod common;
-use common::VecSink;
+use common::{Logging, VecSink};
 
 /// The tests of this file run one at a time: each starts a simulator, a runtime and a timer
 /// thread, and the think-time bounds are about wake-up precision on a 2-core machine.
@@ -27,23 +27,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// An engine that keeps a copy of every request it is given, then lets the OpenAI adapter
-/// send it.
-struct Logging {
-    inner: OpenAiEngine,
-    sent: Mutex<Vec<EngineRequest>>,
-}
-
-impl Engine for Logging {
-    fn name(&self) -> &'static str {
-        "logging"
-    }
-    fn send(&self, request: EngineRequest) -> EventStream {
-        self.sent.lock().unwrap().push(request.clone());
-        self.inner.send(request)
-    }
 }
 
 fn sessions(n: usize, turns: usize, words: usize) -> Vec<Session> {
@@ -70,7 +53,7 @@ fn sessions(n: usize, turns: usize, words: usize) -> Vec<Session> {
 
 struct Ran {
     sim: Simulator,
-    engine: Arc<Logging>,
+    engine: Arc<Logging<OpenAiEngine>>,
     records: Vec<RequestRecord>,
     out: RunOutcome,
     counts: SessionCounts,
@@ -80,10 +63,9 @@ fn run(sim_cfg: SimConfig, list: Vec<Session>, sc: SessionConfig) -> Ran {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let sim = Simulator::start(sim_cfg).unwrap();
-    let engine = Arc::new(Logging {
-        inner: OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap(),
-        sent: Mutex::new(Vec::new()),
-    });
+    let engine = Arc::new(Logging::new(
+        OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap(),
+    ));
     let sink = VecSink::default();
     let mut cfg = RunConfig::closed(1, 1);
     cfg.num_requests = None;

@@ -11,6 +11,23 @@ use quetta_engine::EngineError;
 
 use crate::engine::{build_client_for, connect_error};
 
+/// `Authorization: Bearer TOKEN`, marked sensitive (never logged by hyper).
+fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
+    let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| EngineError::Request("invalid token characters".into()))?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+/// The error for a non-success answer: its status and an excerpt of its body.
+fn status_error(status: http::StatusCode, body: &[u8]) -> EngineError {
+    EngineError::HttpStatus {
+        status: status.as_u16(),
+        body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(body), 200),
+        retry_after: None,
+    }
+}
+
 /// GET `url`, following up to 5 redirects, with an optional bearer token (sent only to the
 /// first host), failing after `timeout` or beyond `max_bytes`.
 pub async fn get(
@@ -27,10 +44,7 @@ pub async fn get(
         for _ in 0..6 {
             let mut req = Request::builder().method(Method::GET).uri(uri.clone());
             if let (Some(t), true) = (bearer, uri.host().map(str::to_owned) == first_host) {
-                let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
-                    .map_err(|_| EngineError::Request("invalid token characters".into()))?;
-                v.set_sensitive(true);
-                req = req.header(AUTHORIZATION, v);
+                req = req.header(AUTHORIZATION, bearer_value(t)?);
             }
             let req = req
                 .body(Full::new(Bytes::new()))
@@ -61,11 +75,7 @@ pub async fn get(
                 .map_err(|e| EngineError::Protocol(format!("reading the body: {e}")))?
                 .to_bytes();
             if !status.is_success() {
-                return Err(EngineError::HttpStatus {
-                    status: status.as_u16(),
-                    body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(&body), 200),
-                    retry_after: None,
-                });
+                return Err(status_error(status, &body));
             }
             return Ok(body.to_vec());
         }
@@ -91,10 +101,7 @@ pub async fn post_empty(
             url.parse().map_err(|e| EngineError::Request(format!("bad URL {url}: {e}")))?;
         let mut req = Request::builder().method(Method::POST).uri(uri);
         if let Some(t) = bearer {
-            let mut v = HeaderValue::from_str(&format!("Bearer {t}"))
-                .map_err(|_| EngineError::Request("invalid token characters".into()))?;
-            v.set_sensitive(true);
-            req = req.header(AUTHORIZATION, v);
+            req = req.header(AUTHORIZATION, bearer_value(t)?);
         }
         let req =
             req.body(Full::new(Bytes::new())).map_err(|e| EngineError::Request(e.to_string()))?;
@@ -106,11 +113,7 @@ pub async fn post_empty(
             .map_err(|e| EngineError::Protocol(format!("reading the body: {e}")))?
             .to_bytes();
         if !status.is_success() {
-            return Err(EngineError::HttpStatus {
-                status: status.as_u16(),
-                body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(&body), 200),
-                retry_after: None,
-            });
+            return Err(status_error(status, &body));
         }
         Ok(body.to_vec())
     };
