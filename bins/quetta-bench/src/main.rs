@@ -1,7 +1,9 @@
 //! `quetta-bench`: a thin command line over Quetta's libraries.
 
+mod compare;
 mod report;
 mod run;
+mod sweep;
 mod sysinfo;
 
 use std::process::ExitCode;
@@ -20,6 +22,15 @@ struct Cli {
 enum Command {
     /// Run a benchmark (against the embedded simulator when no --base-url is given).
     Run(Box<run::RunArgs>),
+    /// A run per concurrency or request rate, with a sweep table and sweep.json.
+    Sweep(Box<sweep::SweepArgs>),
+    /// Find the highest request rate (or concurrency) meeting percentile objectives:
+    /// `--slo ttft:p99<500ms,tpot:p99<40ms`.
+    Slo(Box<sweep::SloArgs>),
+    /// Per-metric deltas of two runs with confidence intervals and significance tests.
+    Compare(Box<compare::CompareArgs>),
+    /// Export a run's records as CSV, or as the result JSON of vLLM's `bench serve`.
+    Export(compare::ExportArgs),
     /// List the named workload profiles.
     Profiles {
         /// Also list the profiles of this TOML file.
@@ -72,6 +83,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
+        Command::Sweep(args) => sweep::sweep(*args),
+        Command::Compare(args) => compare::compare(*args),
+        Command::Export(args) => compare::export(args),
+        Command::Slo(args) => sweep::slo(*args),
         Command::Workload(WorkloadCmd::Fit { trace, trace_format, trace_columns, output }) => {
             run::fit(&trace, trace_format, &trace_columns, &output)
         }

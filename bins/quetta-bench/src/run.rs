@@ -140,12 +140,12 @@ fn header_arg(s: &str) -> Result<(String, String), String> {
 }
 
 /// Flags of `quetta-bench run`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
 pub struct RunArgs {
     /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
     #[arg(long)]
-    base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// OpenAI API to call.
     #[arg(long, value_enum, default_value = "chat")]
     endpoint: Endpoint,
@@ -158,15 +158,16 @@ pub struct RunArgs {
 
     /// Closed loop: keep this many requests in flight (default 16 without --request-rate).
     #[arg(long, value_parser = positive_usize, conflicts_with = "request_rate", allow_negative_numbers = true)]
-    concurrency: Option<usize>,
+    pub(crate) concurrency: Option<usize>,
     /// Open loop: send this many requests per second on a precomputed schedule.
     #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
-    request_rate: Option<f64>,
-    /// Arrival process of the open loop (requests, or sessions with --session-rate).
-    #[arg(long, value_enum, default_value = "poisson", requires = "rate")]
-    arrival: ArrivalArg,
+    pub(crate) request_rate: Option<f64>,
+    /// Arrival process of the open loop (requests, or sessions with --session-rate)
+    /// [default: poisson].
+    #[arg(long, value_enum)]
+    pub(crate) arrival: Option<ArrivalArg>,
     /// Gamma shape of inter-arrival gaps (as vLLM's --burstiness); implies --arrival gamma.
-    #[arg(long, value_parser = positive_f64, requires = "rate")]
+    #[arg(long, value_parser = positive_f64)]
     burstiness: Option<f64>,
     /// Ramp: start at this rate and rise (or fall) linearly to --request-rate over --ramp-over.
     #[arg(long, requires_all = ["request_rate", "ramp_over"])]
@@ -182,14 +183,14 @@ pub struct RunArgs {
     burst_gap: Option<Duration>,
     /// Cap on requests in flight in the open loop; waiting is recorded as queue time.
     #[arg(long, value_parser = positive_usize)]
-    max_concurrency: Option<usize>,
+    pub(crate) max_concurrency: Option<usize>,
 
     /// Measured requests to send (default 100 when no --duration is given).
     #[arg(long, value_parser = positive_u64)]
-    num_requests: Option<u64>,
+    pub(crate) num_requests: Option<u64>,
     /// Stop sending after this long (e.g. 60s).
     #[arg(long, value_parser = duration_arg)]
-    duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Requests sent first and left out of the results.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
@@ -335,21 +336,21 @@ pub struct RunArgs {
     top_p: Option<f64>,
     /// Seed of the schedule and the prompts.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
 
     /// Service-level objectives for goodput, e.g. ttft:500ms,tpot:50ms,e2e:10s.
     #[arg(long)]
-    slo: Option<String>,
+    pub(crate) slo: Option<String>,
     /// Extra percentiles to report, e.g. 75,99.99.
     #[arg(long, value_delimiter = ',')]
-    percentiles: Vec<f64>,
+    pub(crate) percentiles: Vec<f64>,
 
     /// Directory for summary.json and requests.jsonl (default quetta-results/run-TIMESTAMP).
     #[arg(long)]
-    output_dir: Option<PathBuf>,
+    pub(crate) output_dir: Option<PathBuf>,
     /// Write into an output directory that already holds a run.
     #[arg(long)]
-    overwrite: bool,
+    pub(crate) overwrite: bool,
 
     /// Use HTTP/2 with prior knowledge over cleartext.
     #[arg(long)]
@@ -394,6 +395,9 @@ pub struct RunArgs {
     /// Embedded simulator: inter-token latency in ms.
     #[arg(long, default_value_t = 5.0)]
     sim_itl_ms: f64,
+    /// Embedded simulator: requests it runs at once (its batch limit; more queue).
+    #[arg(long)]
+    sim_max_running: Option<usize>,
     /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
     #[arg(long = "sim-fault")]
     sim_faults: Vec<quetta_sim::faults::FaultRule>,
@@ -405,7 +409,10 @@ pub struct RunArgs {
     dry_run: bool,
     /// No progress line.
     #[arg(long, short)]
-    quiet: bool,
+    pub(crate) quiet: bool,
+    /// Print the summary table at the end (sweeps and searches print their own).
+    #[arg(skip = true)]
+    pub(crate) print_summary: bool,
 }
 
 /// The settings recorded in summary.json (no secrets).
@@ -493,8 +500,10 @@ pub fn main(mut a: RunArgs) -> Result<ExitCode> {
             a.concurrency = u.concurrency;
         }
         if let Some(arr) = &u.arrival {
-            a.arrival = ArrivalArg::from_str(arr, true)
-                .map_err(|e| anyhow::anyhow!("profile {}: arrival: {e}", u.name))?;
+            a.arrival = Some(
+                ArrivalArg::from_str(arr, true)
+                    .map_err(|e| anyhow::anyhow!("profile {}: arrival: {e}", u.name))?,
+            );
         }
         if a.dataset.is_none() && a.trace.is_none() {
             a.dataset = u.dataset.as_ref().map(PathBuf::from);
@@ -527,6 +536,13 @@ pub fn main(mut a: RunArgs) -> Result<ExitCode> {
         _ => None,
     };
     // Validate what clap cannot.
+    if (a.arrival.is_some() || a.burstiness.is_some())
+        && a.request_rate.is_none()
+        && a.session_rate.is_none()
+        && user.as_ref().is_none_or(|u| u.request_rate.is_none())
+    {
+        bail!("--arrival and --burstiness shape an open loop: give --request-rate (or --session-rate)");
+    }
     let slos: Option<SloSet> = a.slo.as_deref().map(str::parse).transpose().context("--slo")?;
     if let Some(r) = a.min_success_rate {
         if !(0.0..=1.0).contains(&r) {
@@ -781,17 +797,18 @@ async fn run(
             (Load::Open { rate: 1.0, arrival, max_concurrency: a.max_concurrency }, "open")
         }
         (None, Some(rate), _) => {
-            let arrival = match (a.ramp_from, a.burstiness, a.arrival) {
-                (Some(from), _, arr) => Arrival::Ramp {
-                    from,
-                    over: a.ramp_over.unwrap_or(Duration::from_secs(60)),
-                    poisson: arr != ArrivalArg::Constant,
-                },
-                (None, Some(b), _) => Arrival::Gamma { burstiness: b },
-                (None, None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
-                (None, None, ArrivalArg::Poisson) => Arrival::Poisson,
-                (None, None, ArrivalArg::Constant) => Arrival::Constant,
-            };
+            let arrival =
+                match (a.ramp_from, a.burstiness, a.arrival.unwrap_or(ArrivalArg::Poisson)) {
+                    (Some(from), _, arr) => Arrival::Ramp {
+                        from,
+                        over: a.ramp_over.unwrap_or(Duration::from_secs(60)),
+                        poisson: arr != ArrivalArg::Constant,
+                    },
+                    (None, Some(b), _) => Arrival::Gamma { burstiness: b },
+                    (None, None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
+                    (None, None, ArrivalArg::Poisson) => Arrival::Poisson,
+                    (None, None, ArrivalArg::Constant) => Arrival::Constant,
+                };
             (Load::Open { rate, arrival, max_concurrency: a.max_concurrency }, "open")
         }
         (None, None, c) => (Load::Closed { concurrency: c.unwrap_or(16) }, "closed"),
@@ -853,6 +870,7 @@ async fn run(
                 keep_records: false,
                 worker_threads: 1,
                 faults: a.sim_faults.clone(),
+                max_running: a.sim_max_running,
                 ..SimConfig::default()
             };
             let sim = Simulator::start(cfg).context("starting the embedded simulator")?;
@@ -1123,7 +1141,9 @@ async fn run(
     let sum_path = out_dir.join("summary.json");
     fs::write(&sum_path, json + "\n")
         .with_context(|| format!("cannot write {}", sum_path.display()))?;
-    println!("{}", render_summary(&summary, Some(&out_dir)));
+    if a.print_summary {
+        println!("{}", render_summary(&summary, Some(&out_dir)));
+    }
 
     let m = &summary.metrics;
     let measured = m.completed + m.failed;
@@ -1305,7 +1325,7 @@ fn session_config(
             }
         }
         (Some(rate), _) => {
-            let arrival = match (a.burstiness, a.arrival) {
+            let arrival = match (a.burstiness, a.arrival.unwrap_or(ArrivalArg::Poisson)) {
                 (Some(b), _) => Arrival::Gamma { burstiness: b },
                 (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
                 (None, ArrivalArg::Poisson) => Arrival::Poisson,

@@ -782,3 +782,213 @@ fn session_ids_reach_the_server_for_sticky_routing_unless_turned_off() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+#[test]
+fn pow2_concurrency_sweep_writes_steps_and_a_sweep_table() {
+    let d = tmpdir("sweep");
+    let o = run(&[
+        "sweep",
+        "--concurrency-pow2",
+        "4",
+        "--num-requests",
+        "24",
+        "--output-len",
+        "8",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("== Quetta sweep ==") && out.contains("req/min"), "{out}");
+    let sw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("sweep.json")).unwrap()).unwrap();
+    let steps = sw["steps"].as_array().unwrap();
+    let cs: Vec<f64> = steps.iter().map(|s| s["concurrency"].as_f64().unwrap()).collect();
+    assert_eq!(cs, [1.0, 2.0, 4.0]);
+    for st in steps {
+        // each step is a whole run whose summary the sweep row repeats
+        let s = summary(Path::new(st["dir"].as_str().unwrap()));
+        assert!(schema().is_valid(&s));
+        assert_eq!(st["request_throughput"], s["request_throughput"]);
+        assert_eq!(st["completed"], 24);
+        assert_eq!(st["e2e_p99_ms"], s["e2e_ms"]["p99"]);
+    }
+    // throughput grows with concurrency against the unbounded simulator
+    let t: Vec<f64> = steps.iter().map(|s| s["request_throughput"].as_f64().unwrap()).collect();
+    assert!(t[2] > t[0] * 2.5, "{t:?}");
+    assert_eq!(sw["peak"]["concurrency"], 4.0);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn slo_search_finds_the_saturation_rate_of_a_bounded_simulator() {
+    // The embedded simulator runs 4 requests at once; each takes 10 ms + 19 × 5 ms, so it
+    // saturates at 4 / 0.105 s ≈ 38.1 requests/s; below that (constant arrivals) nothing
+    // queues and TTFT is ~11 ms, above it the queue grows without bound.
+    let d = tmpdir("slo");
+    let o = run(&[
+        "slo",
+        "--slo",
+        "ttft:p99<50ms",
+        "--start",
+        "20",
+        "--tolerance",
+        "0.04",
+        "--min-requests",
+        "100",
+        "--arrival",
+        "constant",
+        "--input-len",
+        "8",
+        "--output-len",
+        "20",
+        "--sim-ttft-ms",
+        "10",
+        "--sim-itl-ms",
+        "5",
+        "--sim-max-running",
+        "4",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("slo.json")).unwrap()).unwrap();
+    let answer = s["answer"].as_f64().unwrap();
+    let failing = s["first_failing"].as_f64().unwrap();
+    println!("SLO search: answer {answer} req/s, first failing {failing}; {out}");
+    assert!((failing - answer) / failing <= 0.04 + 1e-9, "bisected to the tolerance");
+    // the known saturation rate, less what the client and timers add to each request
+    assert!((34.3..=38.1).contains(&answer), "answer {answer} req/s, saturation ≈ 38.1");
+    assert!(s["probes"].as_array().unwrap().len() >= 4);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn compare_flags_a_slower_simulator_and_export_writes_csv_and_vllm_json() {
+    let base = tmpdir("cmp-base");
+    let same = tmpdir("cmp-same");
+    let slow = tmpdir("cmp-slow");
+    let go = |dir: &Path, ttft: &str, itl: &str| {
+        let o = run(&[
+            "run",
+            "--num-requests",
+            "120",
+            "--concurrency",
+            "6",
+            "--output-len",
+            "12",
+            "--sim-ttft-ms",
+            ttft,
+            "--sim-itl-ms",
+            itl,
+            "--quiet",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    go(&base, "20", "5");
+    go(&same, "20", "5");
+    go(&slow, "24", "6"); // 20 % slower
+    let o = run(&[
+        "compare",
+        base.to_str().unwrap(),
+        same.to_str().unwrap(),
+        "--fail-on-regression",
+        "5%",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "a run against its twin: {out}");
+    assert!(!out.contains("(significant)"), "{out}");
+    let o = run(&[
+        "compare",
+        base.to_str().unwrap(),
+        slow.to_str().unwrap(),
+        "--fail-on-regression",
+        "5%",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("REGRESSION") && out.contains("e2e_ms +"), "{out}");
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(slow.join("compare.json")).unwrap()).unwrap();
+    let e2e = c["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "e2e_ms").unwrap();
+    let rel = e2e["relative_delta"].as_f64().unwrap();
+    assert!((0.15..0.25).contains(&rel) && e2e["significant"] == true, "{e2e}");
+    // without a threshold a regression is reported but does not fail
+    let o = run(&["compare", base.to_str().unwrap(), slow.to_str().unwrap()]);
+    assert!(o.status.success());
+
+    // exports
+    let o = run(&["export", base.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = std::fs::read_to_string(base.join("requests.csv")).unwrap();
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(base.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), recs.len() + 1, "a header and one row per request");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let ttft_col = header.iter().position(|h| *h == "ttft_ms").unwrap();
+    for (line, r) in lines[1..].iter().zip(&recs) {
+        let v: f64 = line.split(',').nth(ttft_col).unwrap().parse().unwrap();
+        assert_eq!(Some(v), r["ttft_ms"].as_f64(), "the CSV carries the record's values");
+    }
+    let o = run(&["export", base.to_str().unwrap(), "--format", "vllm"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("vllm_result.json")).unwrap())
+            .unwrap();
+    // the field names vLLM's `bench serve --save-result` writes
+    for k in [
+        "date",
+        "backend",
+        "model_id",
+        "tokenizer_id",
+        "num_prompts",
+        "request_rate",
+        "burstiness",
+        "max_concurrency",
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "request_goodput",
+        "output_throughput",
+        "total_token_throughput",
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "generated_texts",
+        "errors",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "std_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "std_itl_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "median_e2el_ms",
+        "std_e2el_ms",
+        "p99_e2el_ms",
+    ] {
+        assert!(v.get(k).is_some(), "vllm result lacks {k}");
+    }
+    assert_eq!(v["ttfts"].as_array().unwrap().len(), 120);
+    assert_eq!(v["completed"], 120);
+    for d in [base, same, slow] {
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -59,6 +59,9 @@ struct Args {
     /// bad-json, invalid-utf8, huge-event, no-done, no-usage, error-event.
     #[arg(long = "fault")]
     faults: Vec<quetta_sim::faults::FaultRule>,
+    /// Requests the model runs at once; more wait in a FIFO queue (default: no limit).
+    #[arg(long)]
+    max_running: Option<usize>,
     /// Prefix-cache capacity in blocks (0 turns the prefix cache off). Cached prompt tokens
     /// cost no prefill time and are reported in usage.prompt_tokens_details.cached_tokens.
     #[arg(long, default_value_t = 8_192)]
@@ -116,6 +119,7 @@ fn main() -> Result<()> {
         keep_records: false,
         worker_threads: a.threads,
         faults: a.faults,
+        max_running: a.max_running,
         prefix_cache_blocks: a.prefix_cache_blocks,
         prefix_block_tokens: a.prefix_block_tokens.max(1),
     };

@@ -15,7 +15,7 @@
 mod aggregate;
 mod record;
 
-pub use aggregate::{Aggregate, Metric, MetricsSummary, Stats, TurnSummary};
+pub use aggregate::{percentile_key, Aggregate, Metric, MetricsSummary, Stats, TurnSummary};
 pub use record::{CachedSource, Observation, RequestRecord, TokenSource};
 pub mod slo;
 pub use slo::{Slo, SloError, SloMetric, SloSet};

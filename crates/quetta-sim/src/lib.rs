@@ -80,6 +80,10 @@ pub struct SimConfig {
     pub worker_threads: usize,
     /// Faults to inject; the first rule that matches a request applies.
     pub faults: Vec<faults::FaultRule>,
+    /// Requests the model runs at once (its batch limit); more wait in a FIFO queue, and
+    /// their TTFT counts from arrival. `None`: no limit. With a limit K and a service time S
+    /// per request the server saturates at K / S requests per second.
+    pub max_running: Option<usize>,
     /// Prefix-cache capacity in blocks (0: no prefix cache); the default, 8,192 blocks of 16
     /// tokens, holds 131,072 tokens (a modest GPU's KV cache) in about 0.6 MiB.
     pub prefix_cache_blocks: usize,
@@ -104,6 +108,7 @@ impl Default for SimConfig {
             keep_records: true,
             worker_threads: 1,
             faults: Vec::new(),
+            max_running: None,
             prefix_cache_blocks: 8_192,
             prefix_block_tokens: 16,
         }
@@ -171,6 +176,7 @@ pub(crate) struct Shared {
     pub(crate) writer: Option<Mutex<BufWriter<File>>>,
     pub(crate) metrics: metrics::Metrics,
     pub(crate) cache: Mutex<cache::PrefixCache>,
+    pub(crate) slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Shared {
@@ -267,6 +273,7 @@ impl Simulator {
             records: Mutex::new(Vec::new()),
             writer,
             metrics: metrics::Metrics::default(),
+            slots: cfg.max_running.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
             cache: Mutex::new(cache::PrefixCache::new(
                 cfg.prefix_block_tokens,
                 cfg.prefix_cache_blocks,

@@ -294,7 +294,14 @@ async fn generate(
         rec.cached_tokens = c.lookup(&blocks, cache_tokens.len()) as u64;
         c.insert(&blocks);
     }
-    let plan = plan(&sh, &v, seq, rec.prompt_tokens, rec.cached_tokens, arrival);
+    // A server with a batch limit: requests beyond it wait (FIFO) for a running one to end;
+    // the model starts on a request when it gets a slot.
+    let slot = match &sh.slots {
+        Some(sem) => sem.clone().acquire_owned().await.ok(),
+        None => None,
+    };
+    let started = if slot.is_some() { Instant::now().max(arrival) } else { arrival };
+    let plan = plan(&sh, &v, seq, rec.prompt_tokens, rec.cached_tokens, started);
     let model_json =
         serde_json::to_string(v.get("model").and_then(Value::as_str).unwrap_or(&sh.cfg.model))
             .unwrap_or_else(|_| "\"quetta-sim\"".into());
@@ -321,6 +328,7 @@ async fn generate(
         drip_at: arrival,
         cache_tokens,
         cache_on,
+        _slot: slot,
     };
     st.prefix = if chat {
         format!(
@@ -408,6 +416,8 @@ pub(crate) struct SimStream {
     /// The prompt's prefix-cache tokens; the reply's are appended when it is done.
     cache_tokens: Vec<u64>,
     cache_on: bool,
+    /// The batch slot this request holds until its response ends (or is dropped).
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl SimStream {
