@@ -69,6 +69,7 @@ pub fn main(dir: &Path) -> Result<ExitCode> {
         notes,
         sessions: None,
         server_metrics: None,
+        steady_state: None,
         gpu: None,
         aggregate: rb.aggregate,
     };

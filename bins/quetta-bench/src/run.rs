@@ -300,6 +300,10 @@ pub struct RunArgs {
     /// output token in the summary). Without a driver the run says so and goes on.
     #[arg(long)]
     gpu_telemetry: bool,
+    /// End the run early when requests in flight keep rising (an open loop the server cannot
+    /// keep up with); the summary says so.
+    #[arg(long)]
+    pub(crate) stop_on_saturation: bool,
     /// Interval between two GPU samples.
     #[arg(long, value_parser = duration_arg, default_value = "100ms")]
     gpu_interval: Duration,
@@ -1058,6 +1062,7 @@ async fn run(
             series: Some(out_dir.join("server_metrics.jsonl")),
         })
     });
+    let saturation = a.stop_on_saturation.then(|| spawn_saturation_watch(control.clone()));
     let mut gpu_note = None;
     let gpu = if a.gpu_telemetry {
         match quetta_probe::gpu::open_nvml() {
@@ -1095,6 +1100,13 @@ async fn run(
         p.abort();
         eprint!("\r\x1b[2K");
     }
+    let stopped_on_saturation = match saturation {
+        Some(h) => {
+            h.abort();
+            control.stopped() && SATURATED.load(Ordering::SeqCst)
+        }
+        None => false,
+    };
     let server_report = match scraper {
         Some(s) => Some(s.finish().await),
         None => None,
@@ -1102,10 +1114,26 @@ async fn run(
     let gpu_report = gpu.map(quetta_probe::gpu::Sampler::finish);
     drop(sim);
 
+    let series_path = out_dir.join("timeseries.jsonl");
+    let mut series_text = String::new();
+    for sec in &outcome.series {
+        series_text.push_str(&serde_json::to_string(sec)?);
+        series_text.push('\n');
+    }
+    fs::write(&series_path, series_text)
+        .with_context(|| format!("cannot write {}", series_path.display()))?;
+    let steadiness = outcome.steadiness.clone();
     let mut summary =
         build_summary(&a, outcome, config_json, &base_url, &model, &backend, notes, threads);
+    summary.steady_state = steadiness;
     if let Some(n) = gpu_note {
         summary.notes.push(n);
+    }
+    if stopped_on_saturation {
+        summary.notes.push("stopped early (--stop-on-saturation): requests in flight kept rising, the server cannot keep up with this load".into());
+    }
+    if summary.steady_state.as_ref().is_some_and(|s| s.over_saturated) {
+        summary.notes.push("over-saturated: requests in flight rose from the first to the second half of the run; latencies grow with the run's length, not only with the load".into());
     }
     if let Some(r) = server_report {
         if r.scrapes == 0 {
@@ -1246,6 +1274,7 @@ fn build_summary(
         notes,
         sessions: None,
         server_metrics: None,
+        steady_state: None,
         gpu: None,
         aggregate: o.aggregate,
     }
@@ -1385,6 +1414,36 @@ fn dry_run_sessions(
         println!("note       {note}");
     }
     ExitCode::SUCCESS
+}
+
+/// Set when the saturation watch stopped the run.
+static SATURATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sample requests in flight every second; after 10 s, stop the run when the mean of the
+/// last third of the samples exceeds 1.5 × the first third's (and by at least 4) and is
+/// still rising: an open loop the server cannot keep up with.
+fn spawn_saturation_watch(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut v: Vec<f64> = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            v.push(control.progress.in_flight.load(Ordering::Relaxed) as f64);
+            if v.len() < 10 {
+                continue;
+            }
+            let third = v.len() / 3;
+            let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
+            let (first, last) = (mean(&v[..third]), mean(&v[v.len() - third..]));
+            let rising = v[v.len() - 1] >= v[v.len() - third];
+            if last > first * 1.5 && last - first >= 4.0 && rising {
+                SATURATED.store(true, Ordering::SeqCst);
+                eprintln!("\nover-saturated: requests in flight rose from {first:.1} to {last:.1}; stopping (--stop-on-saturation)");
+                control.stop();
+                return;
+            }
+        }
+    })
 }
 
 fn spawn_progress(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {

@@ -992,3 +992,81 @@ fn compare_flags_a_slower_simulator_and_export_writes_csv_and_vllm_json() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+#[test]
+fn time_series_steady_state_and_stop_on_saturation() {
+    let d = tmpdir("series");
+    // a load the simulator keeps up with: steady, not saturated
+    let o = run(&[
+        "run",
+        "--request-rate",
+        "20",
+        "--arrival",
+        "constant",
+        "--duration",
+        "5s",
+        "--input-len",
+        "8",
+        "--output-len",
+        "20",
+        "--sim-ttft-ms",
+        "10",
+        "--sim-itl-ms",
+        "5",
+        "--sim-max-running",
+        "4",
+        "--quiet",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d);
+    assert!(schema().is_valid(&s));
+    assert_eq!(s["steady_state"]["over_saturated"], false, "{}", s["steady_state"]);
+    let series: Vec<serde_json::Value> = std::fs::read_to_string(d.join("timeseries.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let total = |k: &str| series.iter().map(|x| x[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(total("completed"), s["completed"].as_u64().unwrap());
+    assert_eq!(total("sent"), s["sent"].as_u64().unwrap());
+    assert_eq!(total("output_tokens"), s["total_output_tokens"].as_u64().unwrap());
+    assert_eq!(series[2]["sent"], 20, "20 requests per second");
+    // 60 req/s against a server that saturates near 38: stopped early, flagged
+    let t0 = std::time::Instant::now();
+    let o = run(&[
+        "run",
+        "--request-rate",
+        "60",
+        "--arrival",
+        "constant",
+        "--duration",
+        "40s",
+        "--input-len",
+        "8",
+        "--output-len",
+        "20",
+        "--sim-ttft-ms",
+        "10",
+        "--sim-itl-ms",
+        "5",
+        "--sim-max-running",
+        "4",
+        "--stop-on-saturation",
+        "--drain-timeout",
+        "2s",
+        "--quiet",
+        "--overwrite",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(t0.elapsed().as_secs() < 25, "stopped well before its 40 s");
+    let s = summary(&d);
+    assert!(schema().is_valid(&s));
+    assert_eq!(s["steady_state"]["over_saturated"], true);
+    assert_eq!(s["partial"], true);
+    assert!(s["notes"].to_string().contains("--stop-on-saturation"), "{}", s["notes"]);
+    let _ = std::fs::remove_dir_all(&d);
+}

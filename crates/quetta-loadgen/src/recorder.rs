@@ -49,6 +49,7 @@ pub(crate) struct RecorderResult {
     pub first_sent_ms: Option<f64>,
     pub last_sent_ms: Option<f64>,
     pub sent: u64,
+    pub series: quetta_metrics::series::SeriesBuilder,
 }
 
 pub(crate) fn spawn(
@@ -66,6 +67,7 @@ pub(crate) fn spawn(
                 first_sent_ms: None,
                 last_sent_ms: None,
                 sent: 0,
+                series: quetta_metrics::series::SeriesBuilder::default(),
             };
             let mut dirty = false;
             loop {
@@ -100,6 +102,7 @@ pub(crate) fn spawn(
                     dirty = true;
                 }
                 r.aggregate.add(&rec);
+                r.series.add(&rec);
                 for o in &observers {
                     o.on_record(&rec);
                 }

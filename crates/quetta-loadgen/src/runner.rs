@@ -239,6 +239,10 @@ pub struct RunOutcome {
     pub cancelled_in_drain: u64,
     /// The instant every `*_offset_ms` of the records counts from.
     pub run_start: Instant,
+    /// Per second of the measured phase: sent, ended, completed, tokens, in flight, TTFT.
+    pub series: Vec<quetta_metrics::series::Second>,
+    /// Steady-state window and the over-saturation verdict.
+    pub steadiness: Option<quetta_metrics::series::Steadiness>,
 }
 
 pub(crate) struct Shared {
@@ -554,7 +558,11 @@ pub(crate) async fn finish_run(
         (Some(a), Some(b)) if b > a && r.sent > 1 => Some((r.sent - 1) as f64 / ((b - a) / 1e3)),
         _ => None,
     };
+    let series = r.series.finish();
+    let steadiness = r.series.steadiness(&series);
     RunOutcome {
+        series,
+        steadiness,
         aggregate: r.aggregate,
         planned,
         dispatched,

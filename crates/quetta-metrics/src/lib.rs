@@ -14,6 +14,7 @@
 
 mod aggregate;
 mod record;
+pub mod series;
 
 pub use aggregate::{percentile_key, Aggregate, Metric, MetricsSummary, Stats, TurnSummary};
 pub use record::{CachedSource, Observation, RequestRecord, TokenSource};

@@ -74,6 +74,10 @@ pub struct Summary {
     /// `--server-metrics`: what the server's own Prometheus metrics said over the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_metrics: Option<serde_json::Value>,
+    /// Steady-state window and over-saturation (requests in flight still rising), from the
+    /// per-second series in `timeseries.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<quetta_metrics::series::Steadiness>,
     /// `--gpu-telemetry`: power and energy of the server's GPUs over the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<serde_json::Value>,
@@ -295,6 +299,19 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             g.slo,
             g.share_meeting_all * 100.0,
             per.join(", ")
+        );
+    }
+    if let Some(st) = &sum.steady_state {
+        let _ = writeln!(
+            s,
+            "load       in flight {:.1} (first half) -> {:.1} (second half){}{}",
+            st.in_flight_first_half,
+            st.in_flight_second_half,
+            match (st.steady_from_s, st.steady_to_s) {
+                (Some(a), Some(b)) if !st.over_saturated => format!(", steady from {a} s to {b} s"),
+                _ => String::new(),
+            },
+            if st.over_saturated { "; OVER-SATURATED: the server does not keep up" } else { "" }
         );
     }
     if let Some(sm) = &sum.server_metrics {

@@ -1,0 +1,175 @@
+//! The per-second time series of a run and what it says about steady state and saturation.
+//!
+//! Second `k` covers offsets `[k, k+1)` s of the measured phase. Per second: requests
+//! started (sent), requests ended, completed requests, output tokens of completed requests
+//! (counted in the second they ended), requests in flight at the start of the second
+//! (sent before it, not ended before it), and the mean TTFT of requests whose first token
+//! arrived in it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::RequestRecord;
+
+/// One second of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Second {
+    pub t_s: u64,
+    pub sent: u64,
+    pub ended: u64,
+    pub completed: u64,
+    pub output_tokens: u64,
+    pub in_flight: u64,
+    pub ttft_mean_ms: Option<f64>,
+}
+
+/// Accumulates the series as records arrive (any order).
+#[derive(Debug, Clone, Default)]
+pub struct SeriesBuilder {
+    sent: Vec<u64>,
+    ended: Vec<u64>,
+    completed: Vec<u64>,
+    tokens: Vec<u64>,
+    ttft_sum: Vec<f64>,
+    ttft_n: Vec<u64>,
+    last_sent_s: Option<u64>,
+}
+
+fn bump<T: Default + Clone>(v: &mut Vec<T>, k: usize) -> &mut T {
+    if v.len() <= k {
+        v.resize(k + 1, T::default());
+    }
+    &mut v[k]
+}
+
+/// The steady state and saturation verdict of a series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Steadiness {
+    /// The window where requests in flight stayed within 10 % of their median over the
+    /// sending phase (seconds, inclusive), if any.
+    pub steady_from_s: Option<u64>,
+    pub steady_to_s: Option<u64>,
+    /// Mean requests in flight over the first and the second half of the sending phase.
+    pub in_flight_first_half: f64,
+    pub in_flight_second_half: f64,
+    /// Requests in flight still rising from the first to the second half (by over 20 % and
+    /// at least 2): the server cannot keep up with the offered load.
+    pub over_saturated: bool,
+}
+
+impl SeriesBuilder {
+    pub fn add(&mut self, r: &RequestRecord) {
+        let sec = |ms: f64| (ms.max(0.0) / 1e3) as usize;
+        if let Some(s) = r.sent_offset_ms {
+            *bump(&mut self.sent, sec(s)) += 1;
+            self.last_sent_s =
+                Some(self.last_sent_s.map_or(sec(s) as u64, |l| l.max(sec(s) as u64)));
+        }
+        let e = sec(r.end_offset_ms);
+        *bump(&mut self.ended, e) += 1;
+        if r.ok() {
+            *bump(&mut self.completed, e) += 1;
+            *bump(&mut self.tokens, e) += r.output_tokens.unwrap_or(0);
+        }
+        if let (Some(t), Some(f)) = (r.ttft_ms, r.first_token_offset_ms) {
+            *bump(&mut self.ttft_sum, sec(f)) += t;
+            *bump(&mut self.ttft_n, sec(f)) += 1;
+        }
+    }
+
+    /// The series, one entry per second from 0 to the last event.
+    pub fn finish(&self) -> Vec<Second> {
+        let n = self.sent.len().max(self.ended.len()).max(self.ttft_n.len());
+        let g = |v: &[u64], k: usize| v.get(k).copied().unwrap_or(0);
+        let mut out = Vec::with_capacity(n);
+        let (mut started, mut ended) = (0u64, 0u64);
+        for k in 0..n {
+            let in_flight = started.saturating_sub(ended);
+            let c = g(&self.ttft_n, k);
+            out.push(Second {
+                t_s: k as u64,
+                sent: g(&self.sent, k),
+                ended: g(&self.ended, k),
+                completed: g(&self.completed, k),
+                output_tokens: g(&self.tokens, k),
+                in_flight,
+                ttft_mean_ms: (c > 0).then(|| (self.ttft_sum[k] / c as f64 * 1e3).round() / 1e3),
+            });
+            started += g(&self.sent, k);
+            ended += g(&self.ended, k);
+        }
+        out
+    }
+
+    /// Steady state and saturation over the sending phase (second 0 to the last send).
+    pub fn steadiness(&self, series: &[Second]) -> Option<Steadiness> {
+        let last = self.last_sent_s? as usize;
+        let phase = &series[..=last.min(series.len().saturating_sub(1))];
+        if phase.len() < 4 {
+            return None;
+        }
+        let mean = |s: &[Second]| {
+            s.iter().map(|x| x.in_flight as f64).sum::<f64>() / s.len().max(1) as f64
+        };
+        let half = phase.len() / 2;
+        let (a, b) = (mean(&phase[..half]), mean(&phase[half..]));
+        let mut v: Vec<u64> = phase.iter().map(|x| x.in_flight).collect();
+        v.sort_unstable();
+        let med = v[v.len() / 2] as f64;
+        let near = |x: &Second| (x.in_flight as f64 - med).abs() <= (0.1 * med).max(1.0);
+        let from = phase.iter().position(near);
+        let to = phase.iter().rposition(near);
+        Some(Steadiness {
+            steady_from_s: from.map(|x| x as u64),
+            steady_to_s: to.map(|x| x as u64),
+            in_flight_first_half: (a * 100.0).round() / 100.0,
+            in_flight_second_half: (b * 100.0).round() / 100.0,
+            over_saturated: b > a * 1.2 && b - a >= 2.0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Observation;
+    use std::time::Duration;
+
+    fn rec(sent_ms: u64, end_ms: u64) -> RequestRecord {
+        let d = Duration::from_millis;
+        RequestRecord::from_observation(Observation {
+            intended: d(sent_ms),
+            started: d(sent_ms),
+            sent: Some(d(sent_ms)),
+            first_token: Some(d(sent_ms + 50)),
+            end: d(end_ms),
+            streamed: true,
+            token_chunks: 4,
+            ..Observation::default()
+        })
+    }
+
+    #[test]
+    fn in_flight_and_saturation() {
+        // Steady: one request per 100 ms, each 300 ms long, for 10 s: about 3 in flight.
+        let mut s = SeriesBuilder::default();
+        for i in 0..100 {
+            s.add(&rec(i * 100 + 10, i * 100 + 310));
+        }
+        let series = s.finish();
+        assert_eq!(series[5].sent, 10);
+        assert_eq!(series[5].in_flight, 3);
+        assert_eq!(series[5].ttft_mean_ms, Some(50.0));
+        let st = s.steadiness(&series).unwrap();
+        assert!(!st.over_saturated, "{st:?}");
+        assert_eq!(st.steady_from_s, Some(1));
+        // Saturated: one request per 100 ms, each lasting longer than the one before.
+        let mut s = SeriesBuilder::default();
+        for i in 0..100 {
+            s.add(&rec(i * 100, i * 100 + 300 + i * 60));
+        }
+        let series = s.finish();
+        let st = s.steadiness(&series).unwrap();
+        assert!(st.over_saturated, "{st:?}");
+        assert!(st.in_flight_second_half > st.in_flight_first_half * 1.2);
+    }
+}
