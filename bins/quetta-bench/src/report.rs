@@ -8,12 +8,36 @@ use anyhow::{Context, Result};
 use quetta_metrics::SloSet;
 use quetta_report::{rebuild, render_summary, ClientStats, Summary, Target};
 
+/// Write report.html and report.pdf for a run or sweep directory.
+fn write_reports(dir: &Path) -> Result<()> {
+    let res = quetta_report::html::load(dir).context("reading the results")?;
+    let html = dir.join("report.html");
+    fs::write(&html, quetta_report::html::render(&res))
+        .with_context(|| format!("cannot write {}", html.display()))?;
+    let pdf = dir.join("report.pdf");
+    fs::write(&pdf, quetta_report::pdf::render(&res)?)
+        .with_context(|| format!("cannot write {}", pdf.display()))?;
+    println!("report     {} and {}", html.display(), pdf.display());
+    Ok(())
+}
+
 pub fn main(dir: &Path) -> Result<ExitCode> {
     let sum_path = dir.join("summary.json");
+    let sweep_path = dir.join("sweep.json");
+    if sweep_path.exists() {
+        let sw: serde_json::Value = serde_json::from_str(&fs::read_to_string(&sweep_path)?)
+            .with_context(|| format!("{} is not a Quetta sweep", sweep_path.display()))?;
+        let kind = sw["kind"].as_str().unwrap_or("concurrency");
+        let steps: Vec<serde_json::Value> = sw["steps"].as_array().cloned().unwrap_or_default();
+        println!("\n== Quetta sweep ==\n{}", crate::sweep::table(kind, &steps));
+        write_reports(dir)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if sum_path.exists() {
         let s: Summary = serde_json::from_str(&fs::read_to_string(&sum_path)?)
             .with_context(|| format!("{} is not a Quetta summary", sum_path.display()))?;
         println!("{}", render_summary(&s, Some(dir)));
+        write_reports(dir)?;
         return Ok(ExitCode::SUCCESS);
     }
     // No summary: the run was killed. Rebuild from run.json and requests.jsonl.

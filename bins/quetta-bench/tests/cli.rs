@@ -817,6 +817,56 @@ fn pow2_concurrency_sweep_writes_steps_and_a_sweep_table() {
     let t: Vec<f64> = steps.iter().map(|s| s["request_throughput"].as_f64().unwrap()).collect();
     assert!(t[2] > t[0] * 2.5, "{t:?}");
     assert_eq!(sw["peak"]["concurrency"], 4.0);
+
+    // reports: one self-contained HTML file and a PDF with an embedded font
+    let o = run(&["report", d.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = std::fs::read_to_string(d.join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    for external in ["<script", "src=", "href=", "<link", "@import"] {
+        assert!(!html.contains(external), "report.html must not load anything: {external}");
+    }
+    // charts: 3 sweep charts + 5 per step, each a polyline with real points
+    assert_eq!(html.matches("<svg").count(), 3 + 5 * 3);
+    assert!(html.contains("Throughput vs concurrency") && html.contains("Latency CDF"));
+    let peak = format!("{:.2}", sw["peak"]["request_throughput"].as_f64().unwrap());
+    assert!(html.contains(&peak), "the peak throughput {peak} from sweep.json");
+    for st in steps {
+        let tp = st["request_throughput"].as_f64().unwrap();
+        assert!(
+            html.contains(&format!("<td>{tp:.3}</td>")),
+            "step throughput {tp} in the sweep table"
+        );
+    }
+    let pdf = std::fs::read(d.join("report.pdf")).unwrap();
+    assert!(pdf.starts_with(b"%PDF-"));
+    let body = String::from_utf8_lossy(&pdf);
+    assert!(body.contains("FontFile2"), "the font is embedded");
+    // title, sweep table + 2 charts, 1 more chart, one page per step
+    assert!(body.contains(&format!("/Count {}", 3 + steps.len())), "page count");
+    // Where Chromium and poppler are installed, render both as a user would see them.
+    let shot = d.join("report.png");
+    let chromium = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,1800"])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", d.join("report.html").display()))
+        .output();
+    if chromium.is_ok_and(|o| o.status.success()) {
+        assert!(std::fs::metadata(&shot).unwrap().len() > 20_000, "a non-empty screenshot");
+    }
+    let ppm = std::process::Command::new("pdftoppm")
+        .args(["-r", "40", "-png", "-f", "2", "-l", "2"])
+        .arg(d.join("report.pdf"))
+        .arg(d.join("page"))
+        .output();
+    if ppm.is_ok_and(|o| o.status.success()) {
+        let page = std::fs::read_dir(&d)
+            .unwrap()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_string_lossy().starts_with("page"))
+            .expect("pdftoppm wrote the page");
+        assert!(page.metadata().unwrap().len() > 5_000, "page 2 has the table and charts");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -6,6 +6,10 @@
 //! - [`rebuild`]: a summary's metrics recomputed from `requests.jsonl` alone, detecting a
 //!   torn last line.
 
+pub mod chart;
+pub mod html;
+pub mod pdf;
+
 use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::Path;

@@ -1,0 +1,259 @@
+//! Charts as data (series of points, axes with units) laid out once, then drawn as SVG (the
+//! HTML report) or as PDF vector paths (the PDF report): the two reports show the same
+//! pictures.
+
+use std::fmt::Write as _;
+
+/// One line of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart with labelled axes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    pub title: String,
+    /// Axis labels with units, e.g. "latency (ms)".
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    /// Draw a marker at every point (sweeps have few points).
+    pub markers: bool,
+}
+
+/// Colours of the series, in order (colour-blind safe, Okabe-Ito).
+pub const COLOURS: [(u8, u8, u8); 6] =
+    [(0, 114, 178), (213, 94, 0), (0, 158, 115), (204, 121, 167), (230, 159, 0), (86, 180, 233)];
+
+/// "Nice" tick values covering [lo, hi].
+pub fn ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
+        return vec![lo];
+    }
+    let raw = (hi - lo) / n.max(1) as f64;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step =
+        [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(raw);
+    let start = (lo / step).floor() * step;
+    let mut v = Vec::new();
+    let mut t = start;
+    while t <= hi + step * 1e-9 {
+        if t >= lo - step * 1e-9 {
+            v.push(if t.abs() < step * 1e-9 { 0.0 } else { t });
+        }
+        t += step;
+    }
+    v
+}
+
+/// A tick label without needless digits.
+pub fn tick_label(v: f64) -> String {
+    if v.abs() >= 1000.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// The chart laid out in a `w` × `h` box: plot area, axis ranges and ticks.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub w: f64,
+    pub h: f64,
+    /// Plot area: left, top, right, bottom.
+    pub area: (f64, f64, f64, f64),
+    pub x: (f64, f64),
+    pub y: (f64, f64),
+    pub x_ticks: Vec<f64>,
+    pub y_ticks: Vec<f64>,
+}
+
+impl Layout {
+    pub fn new(c: &Chart, w: f64, h: f64) -> Self {
+        let pts = c.series.iter().flat_map(|s| s.points.iter());
+        let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, f64::MIN);
+        for &(x, y) in pts {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y1 = y1.max(y);
+        }
+        if x0 > x1 {
+            (x0, x1, y1) = (0.0, 1.0, 1.0);
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        let y0 = 0.0;
+        let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.05 };
+        let y_ticks = ticks(y0, y1, 5);
+        let y1 = y_ticks.last().copied().unwrap_or(y1).max(y1);
+        Self {
+            w,
+            h,
+            area: (62.0, 34.0, w - 16.0, h - 46.0),
+            x: (x0, x1),
+            y: (y0, y1),
+            x_ticks: ticks(x0, x1, 6),
+            y_ticks,
+        }
+    }
+
+    /// Map a data point to box coordinates (y grows downwards).
+    pub fn map(&self, x: f64, y: f64) -> (f64, f64) {
+        let (l, t, r, b) = self.area;
+        let fx = (x - self.x.0) / (self.x.1 - self.x.0);
+        let fy = (y - self.y.0) / (self.y.1 - self.y.0);
+        (l + fx * (r - l), b - fy * (b - t))
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The chart as an inline SVG element.
+pub fn svg(c: &Chart, w: f64, h: f64) -> String {
+    let l = Layout::new(c, w, h);
+    let (al, at, ar, ab) = l.area;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="11" role="img" aria-label="{}">"#,
+        esc(&c.title)
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="18" font-size="13" font-weight="bold">{}</text>"#,
+        al,
+        esc(&c.title)
+    );
+    for &t in &l.y_ticks {
+        let (_, y) = l.map(l.x.0, t);
+        let _ = write!(
+            s,
+            r##"<line x1="{al}" y1="{y:.1}" x2="{ar}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            al - 6.0,
+            y + 4.0,
+            tick_label(t)
+        );
+    }
+    for &t in &l.x_ticks {
+        let (x, _) = l.map(t, l.y.0);
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" y1="{ab}" x2="{x:.1}" y2="{:.1}" stroke="#888"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            ab + 4.0,
+            ab + 16.0,
+            tick_label(t)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<rect x="{al}" y="{at}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##,
+        ar - al,
+        ab - at
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        f64::midpoint(al, ar),
+        h - 8.0,
+        esc(&c.x_label)
+    );
+    let _ = write!(
+        s,
+        r#"<text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        f64::midpoint(at, ab),
+        esc(&c.y_label)
+    );
+    for (i, ser) in c.series.iter().enumerate() {
+        let (r, g, b) = COLOURS[i % COLOURS.len()];
+        let pts: Vec<String> = ser
+            .points
+            .iter()
+            .map(|&(x, y)| {
+                let (px, py) = l.map(x, y);
+                format!("{px:.1},{py:.1}")
+            })
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="rgb({r},{g},{b})" stroke-width="1.6" points="{}"/>"#,
+            pts.join(" ")
+        );
+        if c.markers {
+            for &(x, y) in &ser.points {
+                let (px, py) = l.map(x, y);
+                let _ = write!(
+                    s,
+                    r#"<circle cx="{px:.1}" cy="{py:.1}" r="3" fill="rgb({r},{g},{b})"/>"#
+                );
+            }
+        }
+        let (lx, ly) = (ar - 140.0, at + 14.0 + 14.0 * i as f64);
+        let _ = write!(
+            s,
+            r#"<line x1="{lx}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="rgb({r},{g},{b})" stroke-width="2"/><text x="{:.1}" y="{ly:.1}">{}</text>"#,
+            ly - 4.0,
+            lx + 18.0,
+            ly - 4.0,
+            lx + 22.0,
+            esc(&ser.name)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// The empirical CDF of `values`: (value, share ≤ value) at up to 400 points.
+pub fn cdf(values: &[f64]) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let step = (n / 400).max(1);
+    let mut out: Vec<(f64, f64)> =
+        (0..n).step_by(step).map(|i| (v[i], (i + 1) as f64 / n as f64)).collect();
+    out.push((v[n - 1], 1.0));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_nice_and_cover_the_range() {
+        assert_eq!(ticks(0.0, 100.0, 5), vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        let t = ticks(0.0, 7.3, 5);
+        assert_eq!(t[1], 2.0);
+        assert_eq!(tick_label(2.5), "2.5");
+        assert_eq!(tick_label(1500.0), "1500");
+        let c = cdf(&[3.0, 1.0, 2.0]);
+        assert_eq!(c.first(), Some(&(1.0, 1.0 / 3.0)));
+        assert_eq!(c.last(), Some(&(3.0, 1.0)));
+    }
+
+    #[test]
+    fn svg_has_the_axes_and_a_polyline_per_series() {
+        let c = Chart {
+            title: "TTFT <CDF>".into(),
+            x_label: "TTFT (ms)".into(),
+            y_label: "share of requests".into(),
+            series: vec![Series { name: "run".into(), points: vec![(1.0, 0.1), (5.0, 1.0)] }],
+            markers: true,
+        };
+        let s = svg(&c, 600.0, 300.0);
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>"));
+        assert!(s.contains("TTFT &lt;CDF&gt;") && s.contains("TTFT (ms)"));
+        assert_eq!(s.matches("<polyline").count(), 1);
+        assert_eq!(s.matches("<circle").count(), 2);
+    }
+}

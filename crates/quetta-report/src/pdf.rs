@@ -1,0 +1,385 @@
+//! `report.pdf`: A4 landscape pages with vector charts (the same [`Chart`]s as the HTML
+//! report) and an embedded font (DejaVu Sans, bundled): a title page with the configuration
+//! and highlights, the sweep table, the sweep charts and one page per step (or, for a single
+//! run, its metric table and charts).
+
+use printpdf::{
+    Color, IndirectFontRef, Line, Mm, PdfDocument, PdfDocumentReference, PdfLayerReference, Point,
+    Rgb,
+};
+
+use crate::chart::{tick_label, Chart, Layout, COLOURS};
+use crate::html::{run_charts, run_highlights, sweep_charts, Results, RunData};
+
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+const W: f64 = 297.0;
+const H: f64 = 210.0;
+
+/// The PDF could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PdfError {
+    #[error("PDF: {0}")]
+    Pdf(String),
+}
+
+struct Doc {
+    pdf: PdfDocumentReference,
+    font: IndirectFontRef,
+    first: Option<PdfLayerReference>,
+}
+
+fn rgb(c: (u8, u8, u8)) -> Color {
+    Color::Rgb(Rgb::new(
+        f32::from(c.0) / 255.0,
+        f32::from(c.1) / 255.0,
+        f32::from(c.2) / 255.0,
+        None,
+    ))
+}
+
+impl Doc {
+    fn page(&mut self) -> Page {
+        let layer = match self.first.take() {
+            Some(l) => l,
+            None => {
+                let (p, l) = self.pdf.add_page(Mm(W as f32), Mm(H as f32), "content");
+                self.pdf.get_page(p).get_layer(l)
+            }
+        };
+        Page { layer, font: self.font.clone(), y: 18.0 }
+    }
+}
+
+/// A page being written top to bottom; `y` is the next line's distance from the top (mm).
+struct Page {
+    layer: PdfLayerReference,
+    font: IndirectFontRef,
+    y: f64,
+}
+
+impl Page {
+    fn text_at(&self, s: &str, size: f64, x: f64, y_top: f64) {
+        self.layer.set_fill_color(rgb((20, 20, 20)));
+        self.layer.use_text(s, size as f32, Mm(x as f32), Mm((H - y_top) as f32), &self.font);
+    }
+
+    fn line(&mut self, s: &str, size: f64) {
+        self.y += size * 0.45;
+        self.text_at(s, size, 16.0, self.y);
+        self.y += size * 0.1 + 1.5;
+    }
+
+    fn polyline(&self, pts: &[(f64, f64)], colour: (u8, u8, u8), width: f64) {
+        if pts.len() < 2 {
+            return;
+        }
+        self.layer.set_outline_color(rgb(colour));
+        self.layer.set_outline_thickness(width as f32);
+        self.layer.add_line(Line {
+            points: pts
+                .iter()
+                .map(|&(x, y)| (Point::new(Mm(x as f32), Mm((H - y) as f32)), false))
+                .collect(),
+            is_closed: false,
+        });
+    }
+
+    /// A table: one row of strings per line, columns at fixed widths.
+    fn table(&mut self, rows: &[Vec<String>], widths: &[f64], size: f64) {
+        for (i, r) in rows.iter().enumerate() {
+            self.y += size * 0.5;
+            let mut x = 16.0;
+            for (c, w) in r.iter().zip(widths) {
+                self.text_at(c, size, x, self.y);
+                x += w;
+            }
+            if i == 0 {
+                let total: f64 = widths.iter().sum();
+                self.polyline(
+                    &[(16.0, self.y + 1.2), (16.0 + total, self.y + 1.2)],
+                    (120, 120, 120),
+                    0.4,
+                );
+            }
+            self.y += 1.6;
+        }
+        self.y += 3.0;
+    }
+
+    /// A chart in a `w` × `h` mm box whose top left is (`x`, `y`).
+    fn chart(&self, c: &Chart, x: f64, y: f64, w: f64, h: f64) {
+        // Lay out in points-like units scaled to mm: reuse the SVG layout with mm sizes.
+        let l = Layout::new(c, w * 3.0, h * 3.0);
+        let k = 1.0 / 3.0;
+        let map = |px: f64, py: f64| {
+            let (a, b) = l.map(px, py);
+            (x + a * k, y + b * k)
+        };
+        let (al, at, ar, ab) = l.area;
+        let (al, at, ar, ab) = (x + al * k, y + at * k, x + ar * k, y + ab * k);
+        self.text_at(&c.title, 10.0, al, y + 6.0);
+        for &t in &l.y_ticks {
+            let (_, py) = map(l.x.0, t);
+            self.polyline(&[(al, py), (ar, py)], (220, 220, 220), 0.3);
+            let lab = tick_label(t);
+            self.text_at(&lab, 7.0, al - 2.0 - 1.35 * lab.len() as f64, py + 1.0);
+        }
+        for &t in &l.x_ticks {
+            let (px, _) = map(t, l.y.0);
+            self.polyline(&[(px, ab), (px, ab + 1.2)], (90, 90, 90), 0.4);
+            let lab = tick_label(t);
+            self.text_at(&lab, 7.0, px - 0.7 * lab.len() as f64, ab + 4.5);
+        }
+        self.polyline(&[(al, at), (ar, at), (ar, ab), (al, ab), (al, at)], (60, 60, 60), 0.5);
+        self.text_at(
+            &c.x_label,
+            8.0,
+            f64::midpoint(al, ar) - 0.8 * c.x_label.len() as f64,
+            ab + 9.5,
+        );
+        self.text_at(&c.y_label, 8.0, x, at - 2.0);
+        for (i, s) in c.series.iter().enumerate() {
+            let col = COLOURS[i % COLOURS.len()];
+            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(a, b)| map(a, b)).collect();
+            self.polyline(&pts, col, 0.8);
+            if c.markers {
+                for &(px, py) in &pts {
+                    self.polyline(&[(px - 0.8, py - 0.8), (px + 0.8, py + 0.8)], col, 0.7);
+                    self.polyline(&[(px - 0.8, py + 0.8), (px + 0.8, py - 0.8)], col, 0.7);
+                }
+            }
+            let ly = at + 4.0 + 4.0 * i as f64;
+            self.polyline(&[(ar - 45.0, ly - 1.0), (ar - 39.0, ly - 1.0)], col, 1.0);
+            self.text_at(&s.name, 7.0, ar - 37.0, ly);
+        }
+    }
+}
+
+fn fmt(v: Option<f64>) -> String {
+    v.map_or_else(
+        || "-".into(),
+        |x| {
+            if x.fract() == 0.0 {
+                format!("{x:.0}")
+            } else if x >= 100.0 {
+                format!("{x:.1}")
+            } else {
+                format!("{x:.3}")
+            }
+        },
+    )
+}
+
+fn step_label(v: &serde_json::Value) -> String {
+    fmt(v.as_f64())
+}
+
+fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
+    let m = &r.summary.metrics;
+    let mut rows =
+        vec![["latency (ms)", "count", "mean", "p50", "p90", "p95", "p99", "p99.9", "max"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>()];
+    for (name, st) in [
+        ("TTFT", &m.ttft_ms),
+        ("TPOT", &m.tpot_ms),
+        ("ITL (pooled)", &m.itl_ms),
+        ("E2E", &m.e2e_ms),
+        ("TTFT from intended", &m.ttft_from_intended_ms),
+        ("E2E from intended", &m.e2e_from_intended_ms),
+        ("Queue", &m.queue_ms),
+    ] {
+        if st.count == 0 {
+            continue;
+        }
+        rows.push(vec![
+            name.into(),
+            st.count.to_string(),
+            fmt(st.mean),
+            fmt(st.p50),
+            fmt(st.p90),
+            fmt(st.p95),
+            fmt(st.p99),
+            fmt(st.p999),
+            fmt(st.max),
+        ]);
+    }
+    rows
+}
+
+const METRIC_WIDTHS: [f64; 9] = [48.0, 22.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0];
+
+fn config_lines(p: &mut Page, r: &RunData) {
+    let t = &r.summary.target;
+    p.line(
+        &format!("target: {} {} ({}), model {}", t.backend, t.base_url, t.endpoint, t.model),
+        9.0,
+    );
+    if let Some(o) = r.summary.config.as_object() {
+        let items: Vec<String> = o
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k}: {}", v.to_string().trim_matches('"')))
+            .collect();
+        for chunk in items.chunks(3) {
+            p.line(&chunk.join("    "), 8.0);
+        }
+    }
+}
+
+fn run_pages(d: &mut Doc, r: &RunData, heading: &str) {
+    let mut p = d.page();
+    p.line(heading, 14.0);
+    let hl: Vec<String> =
+        run_highlights(&r.summary.metrics).iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    for h in hl.chunks(3) {
+        p.line(&h.join("    "), 9.0);
+    }
+    p.y += 2.0;
+    p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
+    if !r.summary.metrics.errors.is_empty() {
+        let e: Vec<String> =
+            r.summary.metrics.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        p.line(&format!("errors: {}", e.join(", ")), 9.0);
+    }
+    let charts = run_charts(r);
+    let y0 = p.y + 2.0;
+    for (i, c) in charts.iter().take(2).enumerate() {
+        p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(85.0));
+    }
+    for pair in charts[2.min(charts.len())..].chunks(2) {
+        let p = d.page();
+        for (i, c) in pair.iter().enumerate() {
+            p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
+        }
+    }
+}
+
+/// The report as PDF bytes.
+pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
+    let (doc, page, layer) =
+        PdfDocument::new("Quetta report", Mm(W as f32), Mm(H as f32), "content");
+    let font = doc.add_external_font(FONT).map_err(|e| PdfError::Pdf(e.to_string()))?;
+    let first = doc.get_page(page).get_layer(layer);
+    let mut d = Doc { pdf: doc, font, first: Some(first) };
+    match res {
+        Results::Run(r) => {
+            let mut p = d.page();
+            p.line(&format!("Quetta run report — {}", r.summary.target.model), 18.0);
+            p.line(
+                &format!(
+                    "started {}    {} {}",
+                    r.summary.started_at, r.summary.tool, r.summary.tool_version
+                ),
+                9.0,
+            );
+            p.y += 3.0;
+            p.line("Configuration", 12.0);
+            config_lines(&mut p, r);
+            run_pages(&mut d, r, "Results");
+        }
+        Results::Sweep(sw) => {
+            let kind = sw.sweep["kind"].as_str().unwrap_or("concurrency");
+            let mut p = d.page();
+            p.line(
+                &format!(
+                    "Quetta sweep report — {}",
+                    sw.steps.first().map_or("", |r| r.summary.target.model.as_str())
+                ),
+                18.0,
+            );
+            if let Some(first) = sw.steps.first() {
+                p.line(
+                    &format!(
+                        "started {}    {} steps over {kind}",
+                        first.summary.started_at,
+                        sw.steps.len()
+                    ),
+                    9.0,
+                );
+                p.y += 3.0;
+                p.line("Configuration (of the first step; each step sets its own load)", 12.0);
+                config_lines(&mut p, first);
+            }
+            p.y += 3.0;
+            p.line("Highlights", 12.0);
+            let peak = &sw.sweep["peak"];
+            p.line(
+                &format!(
+                    "peak throughput {:.2} req/s at {kind} {}",
+                    peak["request_throughput"].as_f64().unwrap_or(0.0),
+                    step_label(&peak[kind])
+                ),
+                10.0,
+            );
+            p.line(&format!("total errors {}", sw.sweep["total_errors"]), 10.0);
+            let mut p = d.page();
+            p.line("Sweep summary", 14.0);
+            let mut rows = vec![[
+                kind,
+                "req/s",
+                "req/min",
+                "out tok/s",
+                "E2E p50",
+                "E2E p99",
+                "TTFT p50",
+                "ITL p50",
+                "ok",
+                "errors",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>()];
+            for st in sw.sweep["steps"].as_array().into_iter().flatten() {
+                rows.push(
+                    [
+                        kind,
+                        "request_throughput",
+                        "requests_per_minute",
+                        "output_token_throughput",
+                        "e2e_p50_ms",
+                        "e2e_p99_ms",
+                        "ttft_p50_ms",
+                        "itl_p50_ms",
+                        "completed",
+                        "failed",
+                    ]
+                    .iter()
+                    .map(|k| fmt(st[*k].as_f64()))
+                    .collect(),
+                );
+            }
+            p.table(&rows, &[26.0, 24.0, 26.0, 26.0, 26.0, 26.0, 26.0, 26.0, 22.0, 22.0], 8.0);
+            let charts = sweep_charts(sw);
+            let y0 = p.y + 2.0;
+            for (i, c) in charts.iter().take(2).enumerate() {
+                p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(90.0));
+            }
+            let p = d.page();
+            for (i, c) in charts.iter().skip(2).enumerate() {
+                p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
+            }
+            for (i, r) in sw.steps.iter().enumerate() {
+                let label = step_label(&sw.sweep["steps"][i][kind]);
+                let mut p = d.page();
+                p.line(&format!("Step {} — {kind} {label}", i + 1), 14.0);
+                p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
+                let hl: Vec<String> = run_highlights(&r.summary.metrics)
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                for h in hl.chunks(3) {
+                    p.line(&h.join("    "), 9.0);
+                }
+                let charts = run_charts(r);
+                let y0 = p.y + 2.0;
+                for (j, c) in charts.iter().take(2).enumerate() {
+                    p.chart(c, 14.0 + j as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(80.0));
+                }
+            }
+        }
+    }
+    d.pdf.save_to_bytes().map_err(|e| PdfError::Pdf(e.to_string()))
+}
