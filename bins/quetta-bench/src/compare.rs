@@ -300,7 +300,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
 pub struct ExportArgs {
     /// The run's directory.
     run: PathBuf,
-    /// csv (one row per request) or vllm (the result JSON of vLLM's `bench serve`).
+    /// csv or parquet (one row per request), or vllm (the result JSON of vLLM's `bench serve`).
     #[arg(long, default_value = "csv")]
     format: String,
     /// Output file (default: RUN/requests.csv or RUN/vllm_result.json).
@@ -383,13 +383,20 @@ pub fn export(a: ExportArgs) -> Result<ExitCode> {
                 .with_context(|| format!("cannot write {}", path.display()))?;
             println!("wrote {} ({} rows)", path.display(), recs.len());
         }
+        "parquet" => {
+            let path = a.output.unwrap_or_else(|| a.run.join("requests.parquet"));
+            let f = std::fs::File::create(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            quetta_report::parquet::write(&recs, f)?;
+            println!("wrote {} ({} rows)", path.display(), recs.len());
+        }
         "vllm" => {
             let path = a.output.unwrap_or_else(|| a.run.join("vllm_result.json"));
             std::fs::write(&path, serde_json::to_string_pretty(&vllm_result(&s, &recs))? + "\n")
                 .with_context(|| format!("cannot write {}", path.display()))?;
             println!("wrote {}", path.display());
         }
-        f => bail!("--format {f:?}: expected csv or vllm"),
+        f => bail!("--format {f:?}: expected csv, parquet or vllm"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -29,7 +29,7 @@ enum Command {
     Slo(Box<sweep::SloArgs>),
     /// Per-metric deltas of two runs with confidence intervals and significance tests.
     Compare(Box<compare::CompareArgs>),
-    /// Export a run's records as CSV, or as the result JSON of vLLM's `bench serve`.
+    /// Export a run's records as CSV or Parquet, or as the result JSON of vLLM's `bench serve`.
     Export(compare::ExportArgs),
     /// List the named workload profiles.
     Profiles {

@@ -988,6 +988,28 @@ fn compare_flags_a_slower_simulator_and_export_writes_csv_and_vllm_json() {
         let v: f64 = line.split(',').nth(ttft_col).unwrap().parse().unwrap();
         assert_eq!(Some(v), r["ttft_ms"].as_f64(), "the CSV carries the record's values");
     }
+    // Parquet: the same rows and values, read back with the parquet crate
+    let o = run(&["export", base.to_str().unwrap(), "--format", "parquet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::record::Field;
+        let f = std::fs::File::open(base.join("requests.parquet")).unwrap();
+        let reader = SerializedFileReader::new(f).unwrap();
+        assert_eq!(reader.metadata().file_metadata().num_rows() as usize, recs.len());
+        let rows: Vec<_> = reader.get_row_iter(None).unwrap().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), recs.len());
+        for (row, r) in rows.iter().zip(&recs) {
+            let cols: std::collections::HashMap<&str, &Field> =
+                row.get_column_iter().map(|(k, v)| (k.as_str(), v)).collect();
+            assert_eq!(cols["id"], &Field::Long(r["id"].as_i64().unwrap()));
+            assert_eq!(cols["ttft_ms"], &Field::Double(r["ttft_ms"].as_f64().unwrap()));
+            assert_eq!(cols["e2e_ms"], &Field::Double(r["e2e_ms"].as_f64().unwrap()));
+            assert_eq!(cols["output_tokens"], &Field::Long(r["output_tokens"].as_i64().unwrap()));
+            assert_eq!(cols["error_kind"], &Field::Null);
+            assert_eq!(cols["session_id"], &Field::Null);
+        }
+    }
     let o = run(&["export", base.to_str().unwrap(), "--format", "vllm"]);
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value =

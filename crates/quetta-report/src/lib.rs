@@ -8,6 +8,7 @@
 
 pub mod chart;
 pub mod html;
+pub mod parquet;
 pub mod pdf;
 
 use std::fmt::Write as _;
