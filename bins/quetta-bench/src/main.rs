@@ -1,6 +1,7 @@
 //! `quetta-bench`: a thin command line over Quetta's libraries.
 
 mod compare;
+mod correctness;
 mod report;
 mod run;
 mod sweep;
@@ -31,6 +32,8 @@ enum Command {
     Compare(Box<compare::CompareArgs>),
     /// Export a run's records as CSV or Parquet, or as the result JSON of vLLM's `bench serve`.
     Export(compare::ExportArgs),
+    /// Numbers spelled in words; the model must answer the digits (llmperf's check).
+    Correctness(correctness::CorrectnessArgs),
     /// List the named workload profiles.
     Profiles {
         /// Also list the profiles of this TOML file.
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::sweep(*args),
         Command::Compare(args) => compare::compare(*args),
         Command::Export(args) => compare::export(args),
+        Command::Correctness(args) => correctness::main(args),
         Command::Slo(args) => sweep::slo(*args),
         Command::Workload(WorkloadCmd::Fit { trace, trace_format, trace_columns, output }) => {
             run::fit(&trace, trace_format, &trace_columns, &output)

@@ -1142,3 +1142,135 @@ fn time_series_steady_state_and_stop_on_saturation() {
     assert!(s["notes"].to_string().contains("--stop-on-saturation"), "{}", s["notes"]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Words to a number, independently of the command's spelling code.
+fn words_to_number(s: &str) -> Option<u64> {
+    let small = |w: &str| -> Option<u64> {
+        let ones = [
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+        ];
+        let tens =
+            ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
+        if let Some(i) = ones.iter().position(|x| *x == w) {
+            return Some(i as u64);
+        }
+        if let Some((t, o)) = w.split_once('-') {
+            return Some(
+                tens.iter().position(|x| *x == t)? as u64 * 10
+                    + ones.iter().position(|x| *x == o)? as u64,
+            );
+        }
+        tens.iter().position(|x| *x == w).map(|i| i as u64 * 10)
+    };
+    let (mut total, mut cur) = (0u64, 0u64);
+    for w in s.split_whitespace() {
+        match w {
+            "hundred" => cur *= 100,
+            "thousand" | "million" | "billion" => {
+                let scale = match w {
+                    "thousand" => 1_000,
+                    "million" => 1_000_000,
+                    _ => 1_000_000_000,
+                };
+                total += cur * scale;
+                cur = 0;
+            }
+            _ => cur += small(w)?,
+        }
+    }
+    Some(total + cur)
+}
+
+#[test]
+fn correctness_counts_wrong_answers() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    // A strict little server on 127.0.0.1: it reads the spelled number and answers its digits,
+    // except for every 4th request, which it answers off by one.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let s2 = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let served = s2.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let text = v["messages"][0]["content"].as_str().unwrap().to_owned();
+                let words =
+                    text.split("number: ").nth(1).unwrap().split(". Output").next().unwrap();
+                let n = words_to_number(words).expect("words the server understands");
+                let k = served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = if k % 4 == 3 { n + 1 } else { n };
+                let chunk = |c: &str, fin: &str| {
+                    format!("data: {{\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{c}\"}},\"finish_reason\":{fin}}}]}}\n\n")
+                };
+                let sse = format!(
+                    "{}{}data: [DONE]\n\n",
+                    chunk(&answer.to_string(), "null"),
+                    chunk("", "\"stop\"")
+                );
+                let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{sse}");
+            });
+        }
+    });
+    let d = tmpdir("correct");
+    let o = run(&[
+        "correctness",
+        "--base-url",
+        &format!("http://{addr}"),
+        "--model",
+        "m",
+        "--num-requests",
+        "40",
+        "--concurrency",
+        "1",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("correctness.json")).unwrap())
+            .unwrap();
+    assert_eq!(c["answered"], 40, "{out}");
+    assert_eq!(c["mismatches"], 10, "every 4th answer is wrong: {out}");
+    assert_eq!(c["mismatch_rate"], 0.25);
+    assert!(c["examples"].as_array().unwrap().len() == 5);
+    let _ = std::fs::remove_dir_all(&d);
+}
