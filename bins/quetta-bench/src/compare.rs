@@ -206,6 +206,21 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         }
         notes.push(format!("the runs' settings differ: {}", diff.join("; ")));
     }
+    if bs["client"]["host"] != cs["client"]["host"] && !bs["client"]["host"].is_null() {
+        notes.push(format!(
+            "measured from different machines: {} ({}) vs {} ({})",
+            bs["client"]["host"]["hostname"],
+            bs["client"]["host"]["cpu_model"],
+            cs["client"]["host"]["hostname"],
+            cs["client"]["host"]["cpu_model"]
+        ));
+    }
+    if bs["target"]["backend"] != cs["target"]["backend"] {
+        notes.push(format!(
+            "different engines: {} vs {}",
+            bs["target"]["backend"], cs["target"]["backend"]
+        ));
+    }
     if bs["target"]["model"] != cs["target"]["model"] {
         notes.push(format!(
             "different models: {} vs {}",

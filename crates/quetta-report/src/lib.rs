@@ -42,6 +42,20 @@ pub struct ClientStats {
     pub cpu_system_s: f64,
     pub peak_rss_kib: u64,
     pub worker_threads: usize,
+    /// The client machine (a saved baseline says where it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
+}
+
+/// The machine a run was measured from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub hostname: String,
+    pub os: String,
+    pub arch: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+    pub memory_gib: f64,
 }
 
 /// `summary.json`.
