@@ -59,50 +59,24 @@ fn row(label: &str, value: f64, dir: &Path, s: &Value) -> Value {
 }
 
 fn num(v: &Value) -> String {
-    match v.as_f64() {
-        Some(x) if x >= 100.0 => format!("{x:.1}"),
-        Some(x) => format!("{x:.3}"),
-        None => "-".into(),
-    }
+    quetta_report::chart::figure(v.as_f64())
 }
 
 /// The sweep table for the terminal.
 pub fn table(label: &str, steps: &[Value]) -> String {
+    use quetta_report::chart::{figure, SWEEP_COLUMNS};
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:>12}{:>10}{:>10}{:>10}{:>12}{:>11}{:>11}{:>11}{:>10}{:>8}",
-        label,
-        "req/s",
-        "req/min",
-        "out tok/s",
-        "E2E p50",
-        "E2E p99",
-        "TTFT p50",
-        "ITL p50",
-        "ok",
-        "errors"
-    );
+    let _ = write!(s, "{label:>12}");
+    for (h, _) in SWEEP_COLUMNS {
+        let _ = write!(s, "{h:>11}");
+    }
+    s.push('\n');
     for st in steps {
-        let errs: u64 = st["failed"].as_u64().unwrap_or(0);
-        let _ = writeln!(
-            s,
-            "{:>12}{:>10}{:>10}{:>10}{:>12}{:>11}{:>11}{:>11}{:>10}{:>8}",
-            if label == "concurrency" {
-                st[label].as_f64().map_or_else(|| "-".into(), |c| format!("{c:.0}"))
-            } else {
-                num(&st[label])
-            },
-            num(&st["request_throughput"]),
-            num(&st["requests_per_minute"]),
-            num(&st["output_token_throughput"]),
-            num(&st["e2e_p50_ms"]),
-            num(&st["e2e_p99_ms"]),
-            num(&st["ttft_p50_ms"]),
-            num(&st["itl_p50_ms"]),
-            st["completed"].as_u64().unwrap_or(0),
-            errs
-        );
+        let _ = write!(s, "{:>12}", figure(st[label].as_f64()));
+        for (_, k) in SWEEP_COLUMNS {
+            let _ = write!(s, "{:>11}", figure(st[k].as_f64()));
+        }
+        s.push('\n');
     }
     s.push_str("(latencies in ms)\n");
     s

@@ -48,6 +48,36 @@ pub fn ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
     v
 }
 
+/// A figure for a table: whole numbers without decimals, else 1 decimal from 100 up, 3
+/// below; `-` for none.
+pub fn figure(v: Option<f64>) -> String {
+    v.map_or_else(
+        || "-".into(),
+        |x| {
+            if x.fract() == 0.0 {
+                format!("{x:.0}")
+            } else if x >= 100.0 {
+                format!("{x:.1}")
+            } else {
+                format!("{x:.3}")
+            }
+        },
+    )
+}
+
+/// The columns of a sweep table after the load column: (header, key in sweep.json steps).
+pub const SWEEP_COLUMNS: [(&str, &str); 9] = [
+    ("req/s", "request_throughput"),
+    ("req/min", "requests_per_minute"),
+    ("out tok/s", "output_token_throughput"),
+    ("E2E p50", "e2e_p50_ms"),
+    ("E2E p99", "e2e_p99_ms"),
+    ("TTFT p50", "ttft_p50_ms"),
+    ("ITL p50", "itl_p50_ms"),
+    ("ok", "completed"),
+    ("errors", "failed"),
+];
+
 /// A tick label without needless digits.
 pub fn tick_label(v: f64) -> String {
     if v.abs() >= 1000.0 || v.fract() == 0.0 {

@@ -104,18 +104,7 @@ fn esc(s: &str) -> String {
 }
 
 fn ms(v: Option<f64>) -> String {
-    v.map_or_else(
-        || "-".into(),
-        |x| {
-            if x.fract() == 0.0 {
-                format!("{x:.0}")
-            } else if x >= 100.0 {
-                format!("{x:.1}")
-            } else {
-                format!("{x:.3}")
-            }
-        },
-    )
+    crate::chart::figure(v)
 }
 
 /// The charts of one run (also drawn by the PDF report).
@@ -430,35 +419,15 @@ pub fn render(res: &Results) -> String {
                 ],
             );
             s.push_str("<h2>Sweep</h2><table><tr>");
-            for h in [
-                kind,
-                "req/s",
-                "req/min",
-                "out tok/s",
-                "E2E p50",
-                "E2E p99",
-                "TTFT p50",
-                "ITL p50",
-                "completed",
-                "failed",
-            ] {
+            for h in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0)) {
                 let _ = write!(s, "<th>{h}</th>");
             }
             s.push_str("</tr>");
             for st in sw.sweep["steps"].as_array().into_iter().flatten() {
                 s.push_str("<tr>");
-                for k in [
-                    kind,
-                    "request_throughput",
-                    "requests_per_minute",
-                    "output_token_throughput",
-                    "e2e_p50_ms",
-                    "e2e_p99_ms",
-                    "ttft_p50_ms",
-                    "itl_p50_ms",
-                    "completed",
-                    "failed",
-                ] {
+                for k in
+                    std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
+                {
                     let _ = write!(s, "<td>{}</td>", ms(st[k].as_f64()));
                 }
                 s.push_str("</tr>");

@@ -157,18 +157,7 @@ impl Page {
 }
 
 fn fmt(v: Option<f64>) -> String {
-    v.map_or_else(
-        || "-".into(),
-        |x| {
-            if x.fract() == 0.0 {
-                format!("{x:.0}")
-            } else if x >= 100.0 {
-                format!("{x:.1}")
-            } else {
-                format!("{x:.3}")
-            }
-        },
-    )
+    crate::chart::figure(v)
 }
 
 fn step_label(v: &serde_json::Value) -> String {
@@ -317,38 +306,16 @@ pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
             p.line(&format!("total errors {}", sw.sweep["total_errors"]), 10.0);
             let mut p = d.page();
             p.line("Sweep summary", 14.0);
-            let mut rows = vec![[
-                kind,
-                "req/s",
-                "req/min",
-                "out tok/s",
-                "E2E p50",
-                "E2E p99",
-                "TTFT p50",
-                "ITL p50",
-                "ok",
-                "errors",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect::<Vec<_>>()];
+            let mut rows = vec![std::iter::once(kind)
+                .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()];
             for st in sw.sweep["steps"].as_array().into_iter().flatten() {
                 rows.push(
-                    [
-                        kind,
-                        "request_throughput",
-                        "requests_per_minute",
-                        "output_token_throughput",
-                        "e2e_p50_ms",
-                        "e2e_p99_ms",
-                        "ttft_p50_ms",
-                        "itl_p50_ms",
-                        "completed",
-                        "failed",
-                    ]
-                    .iter()
-                    .map(|k| fmt(st[*k].as_f64()))
-                    .collect(),
+                    std::iter::once(kind)
+                        .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
+                        .map(|k| fmt(st[k].as_f64()))
+                        .collect(),
                 );
             }
             p.table(&rows, &[26.0, 24.0, 26.0, 26.0, 26.0, 26.0, 26.0, 26.0, 22.0, 22.0], 8.0);
