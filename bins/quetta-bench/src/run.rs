@@ -61,6 +61,28 @@ pub enum TraceFormat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendArg {
+    /// Any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, OpenAI).
+    Openai,
+    /// A LiteLLM proxy: OpenAI's protocol, provider-prefixed model names, the proxy's key;
+    /// its `x-litellm-*` response headers are kept in requests.jsonl.
+    Litellm,
+    /// Amazon SageMaker (not in this build yet).
+    Sagemaker,
+    /// Google Vertex AI (not in this build yet).
+    Vertex,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModalityArg {
+    Text,
+    /// Attach images (the bundled test image, or --image files) to each chat request.
+    Vision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SessionFormat {
     /// ShareGPT-style conversations, including tool-call conversations
@@ -146,9 +168,25 @@ pub struct RunArgs {
     /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
     #[arg(long)]
     pub(crate) base_url: Option<String>,
+    /// Which kind of endpoint the server is.
+    #[arg(long, value_enum, default_value = "openai")]
+    backend: BackendArg,
     /// OpenAI API to call.
     #[arg(long, value_enum, default_value = "chat")]
     endpoint: Endpoint,
+    /// Keep this response header in each request record (repeatable; a trailing `*`
+    /// matches a prefix, e.g. `x-ratelimit-*`).
+    #[arg(long = "record-header")]
+    record_headers: Vec<String>,
+    /// `vision`: attach images to each chat request (image tokens come from usage).
+    #[arg(long, value_enum, default_value = "text")]
+    modality: ModalityArg,
+    /// Image files for --modality vision (repeatable; default: the bundled test image).
+    #[arg(long = "image")]
+    images: Vec<PathBuf>,
+    /// Images per request.
+    #[arg(long, default_value_t = 1)]
+    images_per_request: usize,
     /// Model name (default: the first model listed by /v1/models).
     #[arg(long)]
     model: Option<String>,
@@ -783,6 +821,37 @@ async fn run(
             }
         }
     };
+    if matches!(a.backend, BackendArg::Sagemaker | BackendArg::Vertex) {
+        bail!("--backend {}: not in this build yet (SageMaker and Vertex adapters are planned); use openai or litellm", serde_json::to_value(a.backend)?.as_str().unwrap_or("?"));
+    }
+    let workload: Box<dyn Workload> = if a.modality == ModalityArg::Vision {
+        if a.endpoint != Endpoint::Chat || multiturn {
+            bail!("--modality vision needs --endpoint chat and single-turn requests");
+        }
+        let images = if a.images.is_empty() {
+            vec![quetta_workload::vision::data_url(
+                quetta_workload::vision::TEST_IMAGE_PNG,
+                "image/png",
+            )]
+        } else {
+            a.images
+                .iter()
+                .map(|p| quetta_workload::vision::load_image(p))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        notes.push(format!(
+            "vision: {} image(s) per request from {}; image tokens are counted by the server (usage), not planned",
+            a.images_per_request.max(1),
+            if a.images.is_empty() { "the bundled test image".to_owned() } else { format!("{} file(s)", a.images.len()) }
+        ));
+        Box::new(quetta_workload::vision::WithImages {
+            inner: workload,
+            images,
+            per_request: a.images_per_request,
+        })
+    } else {
+        workload
+    };
     let sessions = if multiturn {
         Some(session_source(&a, profile.as_ref(), tokenizer.clone(), &mut notes)?)
     } else {
@@ -916,6 +985,13 @@ async fn run(
     ocfg.insecure = a.insecure;
     ocfg.ca_cert.clone_from(&a.ca_cert);
     ocfg.session_header = (a.session_header != "none").then(|| a.session_header.clone());
+    ocfg.record_headers = a.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+    if a.backend == BackendArg::Litellm {
+        ocfg.record_headers.push("x-litellm-*".into());
+        if !model.contains('/') {
+            notes.push(format!("LiteLLM: model {model:?} has no provider prefix (e.g. openai/gpt-4o); the proxy may route it by alias"));
+        }
+    }
     ocfg.session_body_field =
         (a.session_body_field != "none").then(|| a.session_body_field.clone());
     ocfg.timeouts = Timeouts {
@@ -949,7 +1025,10 @@ async fn run(
         ));
     }
     let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
-    let backend = engine.name().to_owned();
+    let backend = match a.backend {
+        BackendArg::Litellm => format!("litellm ({})", engine.name()),
+        _ => engine.name().to_owned(),
+    };
     let engine: Arc<dyn Engine> = Arc::new(engine);
 
     let recorded = Recorded {

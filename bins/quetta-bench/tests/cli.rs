@@ -1295,3 +1295,105 @@ fn correctness_counts_wrong_answers() {
     assert!(c["examples"].as_array().unwrap().len() == 5);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn vision_requests_litellm_headers_and_unsupported_backends() {
+    // A simulator playing a LiteLLM proxy: it adds x-litellm-* headers; images count 256
+    // prompt tokens each.
+    let sim = quetta_sim::Simulator::start(quetta_sim::SimConfig {
+        ttft: std::time::Duration::from_millis(2),
+        itl: std::time::Duration::from_millis(1),
+        response_headers: vec![
+            ("x-litellm-model-id".into(), "abc123".into()),
+            ("x-litellm-response-cost".into(), "0.0001".into()),
+            ("x-other".into(), "not kept".into()),
+        ],
+        ..quetta_sim::SimConfig::default()
+    })
+    .unwrap();
+    let url = sim.base_url();
+    let d = tmpdir("vision");
+    let o = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--backend",
+        "litellm",
+        "--model",
+        "openai/gpt-4o-mini",
+        "--modality",
+        "vision",
+        "--images-per-request",
+        "2",
+        "--num-requests",
+        "6",
+        "--input-len",
+        "10",
+        "--output-len",
+        "4",
+        "--quiet",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d);
+    assert!(schema().is_valid(&s));
+    assert!(s["target"]["backend"].as_str().unwrap().starts_with("litellm"));
+    // 10 words + 2 images × 256 tokens, as the server counted them
+    assert_eq!(s["total_input_tokens"], 6 * (10 + 512));
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(d.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &recs {
+        assert_eq!(r["response_headers"]["x-litellm-model-id"], "abc123");
+        assert_eq!(r["response_headers"]["x-litellm-response-cost"], "0.0001");
+        assert!(r["response_headers"].get("x-other").is_none());
+    }
+    // a user's image file, and bad input
+    let png = d.join("img.png");
+    std::fs::write(&png, b"\x89PNG\r\n\x1a\n0000").unwrap();
+    let not_img = d.join("img.txt");
+    std::fs::write(&not_img, "hello").unwrap();
+    let o = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--modality",
+        "vision",
+        "--image",
+        png.to_str().unwrap(),
+        "--num-requests",
+        "2",
+        "--quiet",
+        "--overwrite",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--modality",
+        "vision",
+        "--image",
+        not_img.to_str().unwrap(),
+        "--num-requests",
+        "2",
+        "--overwrite",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("img.txt") && text(&o).contains("not a PNG"), "{}", text(&o));
+    let o = run(&["run", "--backend", "sagemaker", "--num-requests", "2"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("not in this build yet"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -69,6 +69,18 @@ struct Args {
     /// Tokens per prefix-cache block.
     #[arg(long, default_value_t = 16)]
     prefix_block_tokens: u32,
+    /// Prompt tokens each image part counts for.
+    #[arg(long, default_value_t = 256)]
+    image_tokens: u32,
+    /// Add this header to every generation response, NAME:VALUE (repeatable; e.g. to play a
+    /// LiteLLM proxy).
+    #[arg(long = "response-header", value_parser = header_arg)]
+    response_headers: Vec<(String, String)>,
+}
+
+fn header_arg(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected NAME:VALUE"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
 }
 
 fn ms(v: f64, flag: &str) -> Result<Duration> {
@@ -122,6 +134,8 @@ fn main() -> Result<()> {
         max_running: a.max_running,
         prefix_cache_blocks: a.prefix_cache_blocks,
         prefix_block_tokens: a.prefix_block_tokens.max(1),
+        image_tokens: a.image_tokens,
+        response_headers: a.response_headers,
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
     println!("quetta-sim listening on {} (Ctrl-C to stop)", sim.base_url());

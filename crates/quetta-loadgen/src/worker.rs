@@ -56,10 +56,11 @@ pub async fn observe(
             return;
         };
         match ev.kind {
-            EventKind::Headers { status, connection, .. } => {
+            EventKind::Headers { status, connection, headers } => {
                 o.headers = Some(off(ev.at));
                 o.status = Some(status);
                 o.connection = Some(connection);
+                o.response_headers = headers;
             }
             EventKind::FirstByte => o.first_byte = Some(off(ev.at)),
             kind @ (EventKind::Content(_) | EventKind::Reasoning(_) | EventKind::ToolCall(_)) => {

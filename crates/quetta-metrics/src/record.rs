@@ -84,6 +84,8 @@ pub struct Observation {
     /// Client-side estimate of the prompt tokens a prefix cache could serve (the previous
     /// turn's prompt and reply), for servers that do not report cached tokens.
     pub cached_tokens_estimate: Option<u64>,
+    /// Response headers the adapter was asked to keep (e.g. `x-litellm-*`).
+    pub response_headers: Vec<(String, String)>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -167,6 +169,9 @@ pub struct RequestRecord {
     /// Error kinds of the retried attempts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retry_errors: Vec<String>,
+    /// Response headers kept with `--record-header` (or `--backend litellm`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub response_headers: std::collections::BTreeMap<String, String>,
 }
 
 fn one() -> u32 {
@@ -243,6 +248,7 @@ impl RequestRecord {
             text: o.text,
             attempts: o.attempts.max(1),
             retry_errors: o.retry_errors,
+            response_headers: o.response_headers.into_iter().collect(),
         }
     }
 

@@ -89,6 +89,11 @@ pub struct SimConfig {
     pub prefix_cache_blocks: usize,
     /// Tokens per prefix-cache block.
     pub prefix_block_tokens: u32,
+    /// Prompt tokens an image part counts for (as a vision model's image encoder would).
+    pub image_tokens: u32,
+    /// Headers added to every generation response (to play a proxy, e.g. LiteLLM's
+    /// `x-litellm-*`).
+    pub response_headers: Vec<(String, String)>,
 }
 
 impl Default for SimConfig {
@@ -111,6 +116,8 @@ impl Default for SimConfig {
             max_running: None,
             prefix_cache_blocks: 8_192,
             prefix_block_tokens: 16,
+            image_tokens: 256,
+            response_headers: Vec::new(),
         }
     }
 }

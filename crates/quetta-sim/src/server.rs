@@ -81,19 +81,23 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
 }
 
 /// Count prompt tokens the simulator's way: words of text, or the length of token ids.
-fn count_prompt(v: &Value) -> u64 {
+fn count_prompt(v: &Value, image_tokens: u64) -> u64 {
     fn words(s: &str) -> u64 {
         s.split_whitespace().count() as u64
     }
-    fn content(c: &Value) -> u64 {
+    let content = |c: &Value| -> u64 {
         match c {
             Value::String(s) => words(s),
-            Value::Array(parts) => {
-                parts.iter().map(|p| p.get("text").and_then(Value::as_str).map_or(0, words)).sum()
-            }
+            Value::Array(parts) => parts
+                .iter()
+                .map(|p| match p.get("type").and_then(Value::as_str) {
+                    Some("image_url") => image_tokens,
+                    _ => p.get("text").and_then(Value::as_str).map_or(0, words),
+                })
+                .sum(),
             _ => 0,
         }
-    }
+    };
     if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
         return msgs.iter().map(|m| m.get("content").map_or(0, content)).sum();
     }
@@ -108,7 +112,7 @@ fn count_prompt(v: &Value) -> u64 {
 /// The prompt as prefix-cache tokens: each word of each message tagged with its role (so
 /// the same words from another role differ), the words of a text prompt, or token ids.
 /// As many tokens as [`count_prompt`] counts.
-fn prompt_tokens(v: &Value) -> Vec<u64> {
+fn prompt_tokens(v: &Value, image_tokens: u64) -> Vec<u64> {
     use crate::cache::token;
     fn push(out: &mut Vec<u64>, role: &str, s: &str) {
         out.extend(s.split_whitespace().map(|w| token(role, w)));
@@ -123,6 +127,11 @@ fn prompt_tokens(v: &Value) -> Vec<u64> {
                     for p in parts {
                         if let Some(t) = p.get("text").and_then(Value::as_str) {
                             push(&mut out, role, t);
+                        }
+                        if let Some(url) = p.pointer("/image_url/url").and_then(Value::as_str) {
+                            // An image is `image_tokens` tokens, the same for the same image.
+                            let h = token("image", url);
+                            out.extend((0..image_tokens).map(|i| h.wrapping_add(i)));
                         }
                     }
                 }
@@ -197,6 +206,17 @@ fn plan(
     Plan { n_tokens, first_at: arrival + cfg.ttft + prefill, rng }
 }
 
+/// The configured extra response headers (invalid names or values are skipped).
+fn add_headers(sh: &Shared, r: &mut Response<Body>) {
+    for (k, v) in &sh.cfg.response_headers {
+        if let (Ok(k), Ok(v)) =
+            (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v))
+        {
+            r.headers_mut().insert(k, v);
+        }
+    }
+}
+
 fn header_str(req: &Request<Incoming>, name: &str) -> Option<String> {
     req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
@@ -260,7 +280,7 @@ async fn generate(
     let include_usage =
         v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     rec.stream = stream;
-    rec.prompt_tokens = count_prompt(&v);
+    rec.prompt_tokens = count_prompt(&v, u64::from(sh.cfg.image_tokens));
     let fault = crate::faults::pick(&sh.cfg.faults, sh.cfg.seed, seq);
     match fault {
         Some(Fault::Status(code)) => {
@@ -288,7 +308,7 @@ async fn generate(
     let cache_on = sh.cfg.prefix_cache_blocks > 0;
     let mut cache_tokens = Vec::new();
     if cache_on {
-        cache_tokens = prompt_tokens(&v);
+        cache_tokens = prompt_tokens(&v, u64::from(sh.cfg.image_tokens));
         let mut c = sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let blocks = c.blocks(&cache_tokens);
         rec.cached_tokens = c.lookup(&blocks, cache_tokens.len()) as u64;
@@ -376,11 +396,14 @@ async fn generate(
         rec.completion_tokens = u64::from(st.n_tokens);
         rec.text = text;
         sh.finish(rec);
-        return Ok(full(StatusCode::OK, "application/json", body.to_string()));
+        let mut r = full(StatusCode::OK, "application/json", body.to_string());
+        add_headers(&sh, &mut r);
+        return Ok(r);
     }
     let mut r = Response::new(Either::Right(st));
     r.headers_mut()
         .insert(http::header::CONTENT_TYPE, "text/event-stream".parse().expect("static"));
+    add_headers(&sh, &mut r);
     r.headers_mut().insert(http::header::CACHE_CONTROL, "no-cache".parse().expect("static"));
     if let Either::Right(s) = r.body_mut() {
         if let Some(rec) = s.rec.as_mut() {

@@ -55,6 +55,7 @@ pub mod session;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod trace;
+pub mod vision;
 
 use quetta_engine::Prompt;
 
@@ -115,6 +116,12 @@ pub(crate) fn parse_err(
         field: field.to_owned(),
         reason: reason.into(),
     }
+}
+
+/// Read a whole file as bytes, naming it in the error.
+pub(crate) fn read_bytes(path: &std::path::Path) -> Result<Vec<u8>, WorkloadError> {
+    std::fs::read(path)
+        .map_err(|e| WorkloadError::Io { path: path.display().to_string(), reason: e.to_string() })
 }
 
 /// Read a whole file, naming it in the error.
