@@ -1179,10 +1179,12 @@ async fn run(
         p.abort();
         eprint!("\r\x1b[2K");
     }
+    // The watch returns true only when it stopped this run itself.
     let stopped_on_saturation = match saturation {
+        Some(h) if h.is_finished() => h.await.unwrap_or(false),
         Some(h) => {
             h.abort();
-            control.stopped() && SATURATED.load(Ordering::SeqCst)
+            false
         }
         None => false,
     };
@@ -1495,13 +1497,10 @@ fn dry_run_sessions(
     ExitCode::SUCCESS
 }
 
-/// Set when the saturation watch stopped the run.
-static SATURATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Sample requests in flight every second; after 10 s, stop the run when the mean of the
 /// last third of the samples exceeds 1.5 × the first third's (and by at least 4) and is
 /// still rising: an open loop the server cannot keep up with.
-fn spawn_saturation_watch(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {
+fn spawn_saturation_watch(control: Arc<RunControl>) -> tokio::task::JoinHandle<bool> {
     tokio::spawn(async move {
         let mut v: Vec<f64> = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -1516,10 +1515,9 @@ fn spawn_saturation_watch(control: Arc<RunControl>) -> tokio::task::JoinHandle<(
             let (first, last) = (mean(&v[..third]), mean(&v[v.len() - third..]));
             let rising = v[v.len() - 1] >= v[v.len() - third];
             if last > first * 1.5 && last - first >= 4.0 && rising {
-                SATURATED.store(true, Ordering::SeqCst);
                 eprintln!("\nover-saturated: requests in flight rose from {first:.1} to {last:.1}; stopping (--stop-on-saturation)");
                 control.stop();
-                return;
+                return true;
             }
         }
     })
