@@ -137,12 +137,11 @@ fn history_carries_the_engines_replies_verbatim() {
         .all(|s| s.session_id.as_deref().is_some_and(|i| i.starts_with('s'))));
 }
 
-#[test]
-fn per_session_pacing_and_think_time() {
-    let _serial = serial();
+/// Think-time gaps (end of a reply to the send of the session's next turn) of one run.
+fn think_gaps(think_ms: f64) -> Vec<f64> {
     let mut sc = SessionConfig::per_session(4);
-    sc.think = ThinkTime::Draw(Draw::Fixed { value: 200.0 });
-    let r = run(fast_sim(), sessions(4, 5, 4), sc);
+    sc.think = ThinkTime::Draw(Draw::Fixed { value: think_ms });
+    let r = run(fast_sim(), sessions(4, 6, 4), sc);
     assert_eq!(r.counts.completed, 4);
     let mut by: BTreeMap<String, Vec<&RequestRecord>> = BTreeMap::new();
     for x in &r.records {
@@ -158,10 +157,33 @@ fn per_session_pacing_and_think_time() {
         }
     }
     gaps.sort_by(f64::total_cmp);
-    let p99 = gaps[(gaps.len() * 99).div_ceil(100) - 1];
-    println!("think-time gaps: min {:.3} ms, p99 {:.3} ms, n {}", gaps[0], p99, gaps.len());
-    assert!(gaps[0] >= 200.0, "a gap under the think time: {} ms", gaps[0]);
-    assert!(p99 < 205.0, "gap p99 {p99} ms");
+    gaps
+}
+
+#[test]
+fn per_session_pacing_and_think_time() {
+    let _serial = serial();
+    // A gap under the think time fails at once, in any attempt. Lateness is bounded at p99
+    // (5 ms over 200 ms); a preemption of several ms on a shared 2-core VM can land in one
+    // run, so up to 3 runs are made and each is printed. A runner that is systematically
+    // late (tokio's 1 ms timer per wake, sleeping relative to the wrong instant) fails all.
+    let mut seen = Vec::new();
+    for attempt in 1..=3 {
+        let gaps = think_gaps(200.0);
+        let p99 = gaps[(gaps.len() * 99).div_ceil(100) - 1];
+        let p50 = gaps[gaps.len() / 2];
+        eprintln!(
+            "attempt {attempt}: think-time gaps min {:.3} ms, p50 {p50:.3} ms, p99 {p99:.3} ms, n {}",
+            gaps[0],
+            gaps.len()
+        );
+        assert!(gaps[0] >= 200.0, "a gap under the think time: {} ms", gaps[0]);
+        seen.push((p50, p99));
+        if p99 < 205.0 && p50 < 201.0 {
+            return;
+        }
+    }
+    panic!("think-time gaps missed p50 < 201 ms and p99 < 205 ms in every attempt: {seen:?}");
 }
 
 #[test]
