@@ -1,31 +1,56 @@
-//! A small HTTP(S) GET with redirects, a size limit and a deadline, over the same client
-//! stack as the adapters (used to fetch tokenizer files from a model hub).
+//! Small HTTP(S) requests over the same client stack as the adapters: a GET with redirects
+//! (tokenizer files from a model hub) and an empty POST (cache-reset endpoints).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, LOCATION};
 use http::{HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use quetta_engine::EngineError;
+use http_body_util::Full;
+use quetta_engine::{EngineError, TimeoutPhase};
 
-use crate::engine::{build_client_for, connect_error};
+use crate::transport::{Fetched, Transport, TransportConfig};
 
 /// `Authorization: Bearer TOKEN`, marked sensitive (never logged by hyper).
-fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
+pub fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
     let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
         .map_err(|_| EngineError::Request("invalid token characters".into()))?;
     v.set_sensitive(true);
     Ok(v)
 }
 
-/// The error for a non-success answer: its status and an excerpt of its body.
-fn status_error(status: http::StatusCode, body: &[u8]) -> EngineError {
-    EngineError::HttpStatus {
-        status: status.as_u16(),
-        body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(body), 200),
-        retry_after: None,
+/// One request with an optional bearer token and an empty body.
+fn request(
+    method: Method,
+    uri: Uri,
+    bearer: Option<&str>,
+) -> Result<Request<Full<Bytes>>, EngineError> {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = bearer {
+        req = req.header(AUTHORIZATION, bearer_value(t)?);
     }
+    req.body(Full::new(Bytes::new())).map_err(|e| EngineError::Request(e.to_string()))
+}
+
+/// The body of a 2xx answer; anything else is an error with the status and a body excerpt.
+fn success(r: Fetched) -> Result<Vec<u8>, EngineError> {
+    if (200..300).contains(&r.status) {
+        return Ok(r.body.to_vec());
+    }
+    Err(EngineError::HttpStatus {
+        status: r.status,
+        body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(&r.body), 200),
+        retry_after: None,
+    })
+}
+
+fn transport(insecure: bool) -> Result<Transport, EngineError> {
+    Transport::new(&TransportConfig { insecure, ..TransportConfig::default() })
+        .map_err(|e| EngineError::Request(e.to_string()))
+}
+
+fn parse(url: &str) -> Result<Uri, EngineError> {
+    url.parse().map_err(|e| EngineError::Request(format!("bad URL {url}: {e}")))
 }
 
 /// GET `url`, following up to 5 redirects, with an optional bearer token (sent only to the
@@ -36,54 +61,39 @@ pub async fn get(
     timeout: Duration,
     max_bytes: usize,
 ) -> Result<Vec<u8>, EngineError> {
-    let fut = async {
-        let client = build_client_for(false).map_err(|e| EngineError::Request(e.to_string()))?;
-        let mut uri: Uri =
-            url.parse().map_err(|e| EngineError::Request(format!("bad URL {url}: {e}")))?;
-        let first_host = uri.host().map(str::to_owned);
-        for _ in 0..6 {
-            let mut req = Request::builder().method(Method::GET).uri(uri.clone());
-            if let (Some(t), true) = (bearer, uri.host().map(str::to_owned) == first_host) {
-                req = req.header(AUTHORIZATION, bearer_value(t)?);
-            }
-            let req = req
-                .body(Full::new(Bytes::new()))
-                .map_err(|e| EngineError::Request(e.to_string()))?;
-            let resp = client.request(req).await.map_err(|e| connect_error(&e))?;
-            let status = resp.status();
-            if status.is_redirection() {
-                let loc =
-                    resp.headers().get(LOCATION).and_then(|v| v.to_str().ok()).ok_or_else(
-                        || EngineError::Protocol("redirect without a Location".into()),
-                    )?;
-                uri = if loc.starts_with('/') {
-                    let base = format!(
-                        "{}://{}",
-                        uri.scheme_str().unwrap_or("https"),
-                        uri.authority().map_or("", |a| a.as_str())
-                    );
-                    format!("{base}{loc}").parse()
-                } else {
-                    loc.parse()
-                }
-                .map_err(|e| EngineError::Protocol(format!("bad redirect {loc}: {e}")))?;
-                continue;
-            }
-            let body = Limited::new(resp.into_body(), max_bytes)
-                .collect()
-                .await
-                .map_err(|e| EngineError::Protocol(format!("reading the body: {e}")))?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(status_error(status, &body));
-            }
-            return Ok(body.to_vec());
+    let deadline = Instant::now() + timeout;
+    let t = transport(false)?;
+    let mut uri = parse(url)?;
+    let first_host = uri.host().map(str::to_owned);
+    for _ in 0..6 {
+        let token = bearer.filter(|_| uri.host().map(str::to_owned) == first_host);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(EngineError::Timeout(TimeoutPhase::Total));
         }
-        Err(EngineError::Protocol("too many redirects".into()))
-    };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| EngineError::Timeout(quetta_engine::TimeoutPhase::Total))?
+        let r = t.fetch(request(Method::GET, uri.clone(), token)?, left, max_bytes).await?;
+        if (300..400).contains(&r.status) {
+            let loc = r
+                .headers
+                .get(LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| EngineError::Protocol("redirect without a Location".into()))?;
+            uri = if loc.starts_with('/') {
+                let base = format!(
+                    "{}://{}",
+                    uri.scheme_str().unwrap_or("https"),
+                    uri.authority().map_or("", |a| a.as_str())
+                );
+                format!("{base}{loc}").parse()
+            } else {
+                loc.parse()
+            }
+            .map_err(|e| EngineError::Protocol(format!("bad redirect {loc}: {e}")))?;
+            continue;
+        }
+        return success(r);
+    }
+    Err(EngineError::Protocol("too many redirects".into()))
 }
 
 /// POST to `url` with an empty body (e.g. vLLM's `/reset_prefix_cache`, SGLang's
@@ -95,29 +105,6 @@ pub async fn post_empty(
     insecure: bool,
     timeout: Duration,
 ) -> Result<Vec<u8>, EngineError> {
-    let fut = async {
-        let client = build_client_for(insecure).map_err(|e| EngineError::Request(e.to_string()))?;
-        let uri: Uri =
-            url.parse().map_err(|e| EngineError::Request(format!("bad URL {url}: {e}")))?;
-        let mut req = Request::builder().method(Method::POST).uri(uri);
-        if let Some(t) = bearer {
-            req = req.header(AUTHORIZATION, bearer_value(t)?);
-        }
-        let req =
-            req.body(Full::new(Bytes::new())).map_err(|e| EngineError::Request(e.to_string()))?;
-        let resp = client.request(req).await.map_err(|e| connect_error(&e))?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), 1 << 20)
-            .collect()
-            .await
-            .map_err(|e| EngineError::Protocol(format!("reading the body: {e}")))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(status_error(status, &body));
-        }
-        Ok(body.to_vec())
-    };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| EngineError::Timeout(quetta_engine::TimeoutPhase::Total))?
+    let t = transport(insecure)?;
+    success(t.fetch(request(Method::POST, parse(url)?, bearer)?, timeout, 1 << 20).await?)
 }

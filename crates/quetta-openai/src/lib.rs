@@ -12,9 +12,13 @@ mod engine;
 pub mod fetch;
 pub mod sse;
 mod tls;
+pub mod transport;
 
 pub use connect::ConnectError;
-pub use engine::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+pub use engine::{join_url, list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+pub use transport::{
+    BodyDecoder, EventDecoder, Fetched, SseBody, StreamOptions, Transport, TransportConfig,
+};
 
 /// The adapter could not be configured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

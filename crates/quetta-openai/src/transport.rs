@@ -1,0 +1,703 @@
+//! The HTTP transport every HTTP adapter shares: a pooled hyper client over the timed
+//! connector (TCP and TLS timings, connection reuse), and one response state machine that
+//! stamps each body frame with [`Instant::now`] the moment hyper hands it over, before any
+//! parsing, enforces the per-phase timeouts, resends once on a stale pooled connection and
+//! drains the body after the end marker so the connection can be reused.
+//!
+//! What differs between backends is only how the body is framed and decoded: a
+//! [`BodyDecoder`] turns body bytes into events (OpenAI SSE, Gemini SSE, the AWS event
+//! stream, JSON lines). An adapter builds its request, signs it, and hands both to
+//! [`Transport::stream`].
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_core::Stream;
+use http::header::{HeaderMap, RETRY_AFTER};
+use http::Request;
+use http_body::Body as _;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use quetta_engine::{EngineError, EventKind, EventStream, TimedEvent, TimeoutPhase, Timeouts};
+use tokio::time::Sleep;
+
+use crate::connect::{ConnMeta, ConnectError, TimedConnector};
+use crate::decode::{excerpt, ChunkDecoder};
+use crate::sse::SseParser;
+use crate::BuildError;
+
+pub(crate) type HttpClient = Client<TimedConnector, Full<Bytes>>;
+
+/// How the transport connects.
+#[derive(Debug, Clone, Default)]
+pub struct TransportConfig {
+    /// Accept any TLS certificate (the binaries print a warning).
+    pub insecure: bool,
+    /// An extra CA certificate (PEM) to trust.
+    pub ca_cert: Option<PathBuf>,
+    /// HTTP/2 over cleartext with prior knowledge (https negotiates it by ALPN anyway).
+    pub http2: bool,
+    /// Limit on establishing a connection (TCP and TLS).
+    pub connect_timeout: Option<Duration>,
+}
+
+/// A pooled HTTP/1.1 and HTTP/2 client with verified TLS. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    client: HttpClient,
+}
+
+/// Per-request settings of [`Transport::stream`].
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    /// Whether the response is a stream of events (else one body decoded at its end).
+    pub streaming: bool,
+    pub timeouts: Timeouts,
+    /// Response headers to copy into the `Headers` event (lower-case names, or prefixes
+    /// ending in `*`).
+    pub record_headers: Vec<String>,
+}
+
+/// A small, whole response (for token endpoints, metadata servers, model lists).
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Transport {
+    /// Build a client. Fails on an unreadable CA file.
+    pub fn new(cfg: &TransportConfig) -> Result<Self, BuildError> {
+        let tls = crate::tls::client_config(cfg.insecure, cfg.ca_cert.as_deref(), true)?;
+        let connector = TimedConnector {
+            tls: Some(tokio_rustls::TlsConnector::from(Arc::new(tls))),
+            connect_timeout: cfg.connect_timeout,
+        };
+        let mut b = Client::builder(TokioExecutor::new());
+        b.pool_max_idle_per_host(usize::MAX)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .timer(TokioTimer::new());
+        b.pool_timer(TokioTimer::new());
+        // hyper-util would resend some requests on a closed pooled connection silently; the
+        // transport does it itself so every resend is marked in the request's record.
+        b.retry_canceled_requests(false);
+        if cfg.http2 {
+            b.http2_only(true);
+        }
+        Ok(Self { client: b.build(connector) })
+    }
+
+    /// Send `request` and decode its body with `body`; the events carry arrival times. A
+    /// request that could not be built is passed as its error and fails at once.
+    pub fn stream(
+        &self,
+        request: Result<Request<Full<Bytes>>, EngineError>,
+        body: Box<dyn BodyDecoder>,
+        opts: &StreamOptions,
+    ) -> EventStream {
+        // A copy for one resend if a pooled connection turns out to be closed (cheap: the
+        // body is reference-counted).
+        let spare = request.as_ref().ok().map(clone_request);
+        Box::pin(ResponseStream {
+            client: self.client.clone(),
+            spare,
+            retried_stale: false,
+            state: match request {
+                Ok(r) => State::Start(r),
+                Err(e) => State::Failed(Some(e)),
+            },
+            timeouts: opts.timeouts,
+            sleep: None,
+            deadline: None,
+            sent: Instant::now(),
+            last_frame: Instant::now(),
+            first_token_seen: false,
+            frame: 0,
+            body,
+            pending: VecDeque::with_capacity(4),
+            streaming: opts.streaming,
+            body_buf: Vec::new(),
+            status: 200,
+            retry_after: None,
+            end: None,
+            finished: false,
+            record_headers: opts.record_headers.clone(),
+        })
+    }
+
+    /// Send a small request and read its whole answer (at most `max_bytes`), whatever its
+    /// status; fails after `timeout`.
+    pub async fn fetch(
+        &self,
+        request: Request<Full<Bytes>>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Fetched, EngineError> {
+        let fut = async {
+            let resp = self.client.request(request).await.map_err(|e| connect_error(&e))?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = Limited::new(resp.into_body(), max_bytes)
+                .collect()
+                .await
+                .map_err(|e| EngineError::ConnectionClosed(format!("reading the body: {e}")))?
+                .to_bytes();
+            Ok(Fetched { status, headers, body })
+        };
+        tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| EngineError::Timeout(TimeoutPhase::Total))?
+    }
+}
+
+/// Turns a response body into events. One per request; `Send` so streams can move between
+/// worker threads. Every method is called with the arrival time already taken.
+pub trait BodyDecoder: Send {
+    /// A body frame of a streamed response: push the events it completes, in order. An
+    /// `Err` fails the request.
+    fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError>;
+    /// The streamed body ended: flush what is buffered.
+    fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError>;
+    /// The whole body of a non-streamed response.
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError>;
+    /// The stream's end marker was seen (`[DONE]`): the rest of the body is only drained.
+    fn is_done(&self) -> bool;
+    /// At the end of the body: whether the answer is complete (else `Incomplete`).
+    fn is_complete(&self) -> bool {
+        self.is_done() || self.finish_reason().is_some()
+    }
+    /// The finish reason, once known.
+    fn finish_reason(&self) -> Option<String>;
+    /// The response headers (e.g. to read a content type or an error type).
+    fn on_headers(&mut self, _status: u16, _headers: &HeaderMap) {}
+    /// The error for a non-success status, from (the start of) its body.
+    fn status_error(
+        &mut self,
+        status: u16,
+        body: &[u8],
+        retry_after: Option<String>,
+    ) -> EngineError {
+        EngineError::HttpStatus {
+            status,
+            body_excerpt: excerpt(String::from_utf8_lossy(body).trim(), 512),
+            retry_after,
+        }
+    }
+}
+
+/// Decodes the events of a server-sent-event stream (OpenAI chunks, Gemini responses).
+pub trait EventDecoder: Send {
+    /// One SSE event. An `Err` is terminal.
+    fn on_event(
+        &mut self,
+        event_type: &[u8],
+        data: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError>;
+    /// A whole non-streamed JSON body.
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError>;
+    /// The end marker was seen.
+    fn is_done(&self) -> bool;
+    fn finish_reason(&self) -> Option<String>;
+}
+
+impl EventDecoder for ChunkDecoder {
+    fn on_event(
+        &mut self,
+        event_type: &[u8],
+        data: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        ChunkDecoder::on_event(self, event_type, data, &mut |k| out(k))
+    }
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        ChunkDecoder::decode_full(self, body, &mut |k| out(k))
+    }
+    fn is_done(&self) -> bool {
+        self.done
+    }
+    fn finish_reason(&self) -> Option<String> {
+        self.finish_reason.clone()
+    }
+}
+
+/// An SSE body: the incremental parser feeding an [`EventDecoder`]; events after the end
+/// marker are ignored.
+#[derive(Debug)]
+pub struct SseBody<D> {
+    parser: SseParser,
+    decoder: D,
+}
+
+impl<D: EventDecoder> SseBody<D> {
+    /// `max_event_bytes` bounds one event (a larger one is a protocol error).
+    pub fn new(max_event_bytes: usize, decoder: D) -> Self {
+        Self { parser: SseParser::new(max_event_bytes), decoder }
+    }
+
+    /// The inner decoder.
+    pub fn decoder(&self) -> &D {
+        &self.decoder
+    }
+}
+
+impl<D: EventDecoder> BodyDecoder for SseBody<D> {
+    fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        let Self { parser, decoder } = self;
+        let mut err = None;
+        parser
+            .feed(data, |et, d| {
+                if err.is_none() && !decoder.is_done() {
+                    err = decoder.on_event(et, d, out).err();
+                }
+            })
+            .map_err(|e| EngineError::Protocol(e.to_string()))?;
+        err.map_or(Ok(()), Err)
+    }
+
+    fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        let Self { parser, decoder } = self;
+        let mut err = None;
+        parser
+            .finish(|et, d| {
+                if err.is_none() && !decoder.is_done() {
+                    err = decoder.on_event(et, d, out).err();
+                }
+            })
+            .map_err(|e| EngineError::Protocol(e.to_string()))?;
+        err.map_or(Ok(()), Err)
+    }
+
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        self.decoder.decode_full(body, out)
+    }
+
+    fn is_done(&self) -> bool {
+        self.decoder.is_done()
+    }
+
+    fn finish_reason(&self) -> Option<String> {
+        self.decoder.finish_reason()
+    }
+}
+
+enum State {
+    Start(Request<Full<Bytes>>),
+    Failed(Option<EngineError>),
+    Waiting(ResponseFuture),
+    Body(Incoming),
+    /// Reading the body of an error response.
+    ErrorBody(Incoming),
+    /// `[DONE]` seen; reading the rest of the body so the connection can be reused.
+    Draining(Incoming),
+    Done,
+}
+
+const MAX_FULL_BODY: usize = 64 << 20;
+const MAX_ERROR_BODY: usize = 4096;
+/// How long to wait for the end of the body after `[DONE]` (so the connection can be
+/// reused) before giving up on it; the `End` event keeps the `[DONE]` frame's time.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+struct ResponseStream {
+    client: HttpClient,
+    /// A copy of the request for one resend after a stale pooled connection.
+    spare: Option<Request<Full<Bytes>>>,
+    retried_stale: bool,
+    state: State,
+    timeouts: Timeouts,
+    sleep: Option<Pin<Box<Sleep>>>,
+    deadline: Option<(Instant, TimeoutPhase)>,
+    sent: Instant,
+    last_frame: Instant,
+    first_token_seen: bool,
+    frame: u64,
+    body: Box<dyn BodyDecoder>,
+    pending: VecDeque<TimedEvent>,
+    streaming: bool,
+    body_buf: Vec<u8>,
+    status: u16,
+    retry_after: Option<String>,
+    /// The `End` event, held back while the body drains.
+    end: Option<TimedEvent>,
+    finished: bool,
+    record_headers: Vec<String>,
+}
+
+pub(crate) fn connect_error(e: &hyper_util::client::legacy::Error) -> EngineError {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(ce) = s.downcast_ref::<ConnectError>() {
+            return match ce {
+                ConnectError::Tcp(m) => EngineError::Connect(m.clone()),
+                ConnectError::Tls(m) => EngineError::Tls(m.clone()),
+                ConnectError::Timeout => EngineError::Timeout(TimeoutPhase::Connect),
+            };
+        }
+        if let Some(he) = s.downcast_ref::<hyper::Error>() {
+            return body_error(he, "before the response headers");
+        }
+        src = s.source();
+    }
+    if e.is_connect() {
+        EngineError::Connect(e.to_string())
+    } else {
+        EngineError::ConnectionClosed(format!("{e}"))
+    }
+}
+
+fn body_error(e: &hyper::Error, when: &str) -> EngineError {
+    if e.is_parse() {
+        EngineError::Protocol(format!("{e} ({when})"))
+    } else {
+        let mut msg = e.to_string();
+        if let Some(s) = std::error::Error::source(e) {
+            msg = format!("{msg}: {s}");
+        }
+        EngineError::ConnectionClosed(format!("{msg} ({when})"))
+    }
+}
+
+fn clone_request(r: &Request<Full<Bytes>>) -> Request<Full<Bytes>> {
+    let mut c = Request::new(r.body().clone());
+    *c.method_mut() = r.method().clone();
+    *c.uri_mut() = r.uri().clone();
+    *c.headers_mut() = r.headers().clone();
+    *c.version_mut() = r.version();
+    c
+}
+
+fn header_matches(name: &str, wanted: &[String]) -> bool {
+    wanted.iter().any(|w| match w.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == w,
+    })
+}
+
+impl ResponseStream {
+    fn emit(&mut self, at: Instant, kind: EventKind) {
+        self.pending.push_back(TimedEvent { at, frame: self.frame, kind });
+    }
+
+    fn fail(&mut self, at: Instant, e: EngineError) {
+        self.emit(at, EventKind::Error(e));
+        self.state = State::Done;
+        self.finished = true;
+    }
+
+    /// Recompute the nearest deadline of the current phase; reset the timer if it moved.
+    fn arm(&mut self) {
+        let t = &self.timeouts;
+        let mut best: Option<(Instant, TimeoutPhase)> = None;
+        let mut consider = |d: Option<Duration>, from: Instant, phase: TimeoutPhase| {
+            if let Some(d) = d {
+                let at = from + d;
+                if best.is_none_or(|(b, _)| at < b) {
+                    best = Some((at, phase));
+                }
+            }
+        };
+        consider(t.total, self.sent, TimeoutPhase::Total);
+        match self.state {
+            State::Waiting(_) => consider(t.first_byte, self.sent, TimeoutPhase::FirstByte),
+            State::Body(_) | State::ErrorBody(_) => {
+                consider(t.idle, self.last_frame, TimeoutPhase::Idle);
+            }
+            State::Draining(_) => {
+                let grace = t.idle.map_or(DRAIN_GRACE, |i| i.min(DRAIN_GRACE));
+                consider(Some(grace), self.last_frame, TimeoutPhase::Idle);
+            }
+            _ => {}
+        }
+        if !self.first_token_seen && matches!(self.state, State::Waiting(_) | State::Body(_)) {
+            consider(t.first_token, self.sent, TimeoutPhase::FirstToken);
+        }
+        if best.map(|b| b.0) == self.deadline.map(|d| d.0) {
+            self.deadline = best;
+            return;
+        }
+        self.deadline = best;
+        match (best, self.sleep.as_mut()) {
+            (Some((at, _)), Some(s)) => s.as_mut().reset(at.into()),
+            (Some((at, _)), None) => {
+                self.sleep = Some(Box::pin(tokio::time::sleep_until(at.into())));
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// Poll the timer; on expiry, fail with the phase's timeout.
+    fn poll_timeout(&mut self, cx: &mut Context<'_>) -> bool {
+        let (Some(s), Some((_, phase))) = (self.sleep.as_mut(), self.deadline) else {
+            return false;
+        };
+        if s.as_mut().poll(cx).is_ready() {
+            if matches!(self.state, State::Draining(_)) {
+                // The answer is complete; only the connection's tail is missing.
+                self.state = State::Done;
+                self.finished = true;
+                if let Some(end) = self.end.take() {
+                    self.pending.push_back(end);
+                }
+            } else {
+                self.fail(Instant::now(), EngineError::Timeout(phase));
+            }
+            return true;
+        }
+        false
+    }
+
+    fn on_data(&mut self, at: Instant, data: &[u8]) {
+        if self.frame == 0 {
+            self.emit(at, EventKind::FirstByte);
+        }
+        if !self.streaming {
+            if self.body_buf.len() + data.len() > MAX_FULL_BODY {
+                self.fail(
+                    at,
+                    EngineError::Protocol(format!("response body over {MAX_FULL_BODY} bytes")),
+                );
+            } else {
+                self.body_buf.extend_from_slice(data);
+            }
+            return;
+        }
+        let frame = self.frame;
+        let Self { body, pending, first_token_seen, .. } = self;
+        let r = body.on_data(data, &mut |kind: EventKind| {
+            if kind.is_token() {
+                *first_token_seen = true;
+            }
+            pending.push_back(TimedEvent { at, frame, kind });
+        });
+        if let Err(e) = r {
+            self.fail(at, e);
+        } else if self.body.is_done() {
+            self.end = Some(TimedEvent {
+                at,
+                frame,
+                kind: EventKind::End { finish_reason: self.body.finish_reason(), streamed: true },
+            });
+            let State::Body(body) = std::mem::replace(&mut self.state, State::Done) else {
+                unreachable!("on_data is only called while reading the body")
+            };
+            self.state = State::Draining(body);
+        }
+    }
+
+    fn on_body_end(&mut self, at: Instant) {
+        let frame = self.frame;
+        let Self { body, pending, body_buf, streaming, .. } = self;
+        let mut push = |kind: EventKind| pending.push_back(TimedEvent { at, frame, kind });
+        let r =
+            if *streaming { body.on_end(&mut push) } else { body.decode_full(body_buf, &mut push) };
+        match r {
+            Err(e) => self.fail(at, e),
+            Ok(()) if !self.streaming || self.body.is_complete() => {
+                let fr = self.body.finish_reason();
+                self.emit(at, EventKind::End { finish_reason: fr, streamed: self.streaming });
+                self.state = State::Done;
+                self.finished = true;
+            }
+            Ok(()) => self.fail(at, EngineError::Incomplete),
+        }
+    }
+}
+
+impl Stream for ResponseStream {
+    type Item = TimedEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<TimedEvent>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(ev) = this.pending.pop_front() {
+                return Poll::Ready(Some(ev));
+            }
+            if this.finished {
+                return Poll::Ready(None);
+            }
+            match &mut this.state {
+                State::Start(_) => {
+                    let State::Start(req) = std::mem::replace(&mut this.state, State::Done) else {
+                        unreachable!()
+                    };
+                    this.sent = Instant::now();
+                    this.state = State::Waiting(this.client.request(req));
+                    this.arm();
+                }
+                State::Failed(e) => {
+                    let e = e.take().unwrap_or(EngineError::Cancelled);
+                    this.fail(Instant::now(), e);
+                }
+                State::Waiting(fut) => match Pin::new(fut).poll(cx) {
+                    Poll::Ready(Ok(resp)) => {
+                        let at = Instant::now();
+                        let status = resp.status().as_u16();
+                        let mut connection = resp
+                            .extensions()
+                            .get::<ConnMeta>()
+                            .map(ConnMeta::claim)
+                            .unwrap_or_default();
+                        connection.retried_stale = this.retried_stale;
+                        this.spare = None;
+                        let headers: Vec<(String, String)> = if this.record_headers.is_empty() {
+                            Vec::new()
+                        } else {
+                            resp.headers()
+                                .iter()
+                                .filter(|(n, _)| header_matches(n.as_str(), &this.record_headers))
+                                .map(|(n, v)| {
+                                    (
+                                        n.to_string(),
+                                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                                    )
+                                })
+                                .collect()
+                        };
+                        this.status = status;
+                        this.retry_after = resp
+                            .headers()
+                            .get(RETRY_AFTER)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        this.last_frame = at;
+                        this.body.on_headers(status, resp.headers());
+                        this.emit(at, EventKind::Headers { status, connection, headers });
+                        let body = resp.into_body();
+                        this.state = if (200..300).contains(&status) {
+                            State::Body(body)
+                        } else {
+                            State::ErrorBody(body)
+                        };
+                        this.arm();
+                    }
+                    Poll::Ready(Err(e)) => {
+                        let err = connect_error(&e);
+                        // A pooled connection the server closed as we reused it (llama.cpp
+                        // closes after every streamed response while advertising keep-alive):
+                        // nothing came back, so the server did not take the request. Send it
+                        // once more, on a new connection, as Go's net/http does.
+                        // Only a connection that had served a request before is ambiguous; a
+                        // new connection closed on us is the server's error.
+                        let reused = e.connect_info().is_some_and(|c| {
+                            let mut x = http::Extensions::new();
+                            c.get_extras(&mut x);
+                            x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
+                        });
+                        // This future resolves at the response headers, so any closed
+                        // connection here happened before a response byte.
+                        let stale = reused && matches!(err, EngineError::ConnectionClosed(_));
+                        match (stale, this.spare.take()) {
+                            (true, Some(req)) => {
+                                this.retried_stale = true;
+                                this.state = State::Waiting(this.client.request(req));
+                            }
+                            _ => this.fail(Instant::now(), err),
+                        }
+                    }
+                    Poll::Pending => {
+                        if !this.poll_timeout(cx) {
+                            return Poll::Pending;
+                        }
+                    }
+                },
+                State::Body(body) => match Pin::new(body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        let at = Instant::now(); // before any parsing
+                        this.last_frame = at;
+                        if let Ok(data) = frame.into_data() {
+                            this.on_data(at, &data);
+                            this.frame += 1;
+                        }
+                        if !this.finished {
+                            this.arm();
+                        }
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        let err = body_error(&e, "while streaming the body");
+                        this.fail(Instant::now(), err);
+                    }
+                    Poll::Ready(None) => this.on_body_end(Instant::now()),
+                    Poll::Pending => {
+                        if !this.poll_timeout(cx) {
+                            return Poll::Pending;
+                        }
+                    }
+                },
+                State::ErrorBody(body) => {
+                    let done = match Pin::new(body).poll_frame(cx) {
+                        Poll::Ready(Some(Ok(frame))) => {
+                            if let Ok(d) = frame.into_data() {
+                                let room = MAX_ERROR_BODY.saturating_sub(this.body_buf.len());
+                                this.body_buf.extend_from_slice(&d[..d.len().min(room)]);
+                            }
+                            this.body_buf.len() >= MAX_ERROR_BODY
+                        }
+                        Poll::Ready(Some(Err(_)) | None) => true,
+                        Poll::Pending => {
+                            if this.poll_timeout(cx) {
+                                continue;
+                            }
+                            return Poll::Pending;
+                        }
+                    };
+                    if done {
+                        let e = this.body.status_error(
+                            this.status,
+                            &this.body_buf,
+                            this.retry_after.take(),
+                        );
+                        this.fail(Instant::now(), e);
+                    }
+                }
+                State::Draining(body) => {
+                    let done = match Pin::new(body).poll_frame(cx) {
+                        Poll::Ready(Some(Ok(_))) => false,
+                        Poll::Ready(Some(Err(_)) | None) => true,
+                        Poll::Pending => {
+                            if this.poll_timeout(cx) {
+                                continue;
+                            }
+                            return Poll::Pending;
+                        }
+                    };
+                    if done {
+                        this.state = State::Done;
+                        this.finished = true;
+                        if let Some(end) = this.end.take() {
+                            this.pending.push_back(end);
+                        }
+                    }
+                }
+                State::Done => {
+                    this.finished = true;
+                }
+            }
+        }
+    }
+}
