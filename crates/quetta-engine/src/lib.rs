@@ -323,6 +323,25 @@ pub enum EngineError {
     /// The caller cancelled the request.
     #[error("cancelled")]
     Cancelled,
+    /// A managed provider rejected the credentials, token or signature (SageMaker's
+    /// `InvalidSignatureException`, a 401/403 from Vertex AI).
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// A managed provider throttled the request (SageMaker `ThrottlingException`, Vertex
+    /// `RESOURCE_EXHAUSTED`).
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// The model container failed on the request (SageMaker `ModelError`,
+    /// `ModelStreamError`).
+    #[error("model error: {0}")]
+    Model(String),
+    /// The provider rejected the request as invalid (SageMaker `ValidationError`, Vertex
+    /// `INVALID_ARGUMENT`).
+    #[error("validation error: {0}")]
+    Validation(String),
+    /// The provider's stream failed mid-response (SageMaker `InternalStreamFailure`).
+    #[error("stream failure: {0}")]
+    StreamFailure(String),
 }
 
 impl EngineError {
@@ -346,6 +365,11 @@ impl EngineError {
             Self::Incomplete => "incomplete",
             Self::Request(_) => "request",
             Self::Cancelled => "cancelled",
+            Self::Auth(_) => "auth",
+            Self::Throttled(_) => "throttled",
+            Self::Model(_) => "model_error",
+            Self::Validation(_) => "validation",
+            Self::StreamFailure(_) => "stream_failure",
         }
     }
 }
@@ -391,6 +415,11 @@ mod tests {
             EngineError::ConnectionClosed("x".into()),
             EngineError::Incomplete,
             EngineError::Cancelled,
+            EngineError::Auth("x".into()),
+            EngineError::Throttled("x".into()),
+            EngineError::Model("x".into()),
+            EngineError::Validation("x".into()),
+            EngineError::StreamFailure("x".into()),
         ];
         let mut kinds: Vec<_> = errs.iter().map(EngineError::kind).collect();
         kinds.sort_unstable();

@@ -392,6 +392,7 @@ fn retryable(o: &Observation) -> bool {
                 "connect"
                     | "http_429"
                     | "http_5xx"
+                    | "throttled"
                     | "connection_closed"
                     | "timeout_connect"
                     | "timeout_first_byte"
