@@ -184,67 +184,7 @@ impl OpenAiEngine {
 
     /// The JSON body for a request (public for tests and `--dry-run`).
     pub fn body(&self, req: &EngineRequest) -> Result<Value, EngineError> {
-        let mut b = Map::new();
-        b.insert("model".into(), Value::String(self.cfg.model.clone()));
-        match (&req.prompt, self.cfg.api) {
-            (Prompt::Chat(msgs), Api::Chat) => {
-                let msgs =
-                    serde_json::to_value(msgs).map_err(|e| EngineError::Request(e.to_string()))?;
-                b.insert("messages".into(), msgs);
-            }
-            (Prompt::Text(t), Api::Chat) => {
-                b.insert("messages".into(), json!([{"role": "user", "content": t}]));
-            }
-            (Prompt::Text(t), Api::Completions) => {
-                b.insert("prompt".into(), Value::String(t.clone()));
-            }
-            (Prompt::TokenIds(ids), Api::Completions) => {
-                b.insert("prompt".into(), json!(ids));
-            }
-            (Prompt::Chat(msgs), Api::Completions) => {
-                let text: Vec<String> = msgs.iter().map(Message::text_content).collect();
-                b.insert("prompt".into(), Value::String(text.join("\n")));
-            }
-            (Prompt::TokenIds(_), Api::Chat) => {
-                return Err(EngineError::Request(
-                    "a prompt given as token ids needs the completions endpoint".into(),
-                ))
-            }
-            (other, _) => {
-                return Err(EngineError::Request(format!(
-                    "this adapter cannot send a prompt like {other:?}"
-                )))
-            }
-        }
-        b.insert("stream".into(), Value::Bool(req.stream));
-        if req.stream && self.cfg.include_usage {
-            b.insert("stream_options".into(), json!({"include_usage": true}));
-        }
-        if let Some(n) = req.max_tokens {
-            b.insert(self.cfg.max_tokens_field.clone(), json!(n));
-        }
-        if req.ignore_eos {
-            b.insert("ignore_eos".into(), Value::Bool(true));
-        }
-        if let Some(n) = req.min_tokens {
-            b.insert("min_tokens".into(), json!(n));
-        }
-        if let Some(t) = req.sampling.temperature {
-            b.insert("temperature".into(), json!(t));
-        }
-        if let Some(p) = req.sampling.top_p {
-            b.insert("top_p".into(), json!(p));
-        }
-        if let Some(s) = req.sampling.seed {
-            b.insert("seed".into(), json!(s));
-        }
-        if let (Some(sid), Some(field)) = (&req.session_id, &self.cfg.session_body_field) {
-            b.insert(field.clone(), Value::String(sid.clone()));
-        }
-        for (k, v) in &req.extra_body {
-            b.insert(k.clone(), v.clone());
-        }
-        Ok(Value::Object(b))
+        request_body(&self.cfg, req)
     }
 
     fn build_request(&self, req: &EngineRequest) -> Result<Request<Full<Bytes>>, EngineError> {
@@ -273,6 +213,72 @@ impl OpenAiEngine {
         r.body(Full::new(Bytes::from(body)))
             .map_err(|e| EngineError::Request(format!("cannot build request: {e}")))
     }
+}
+
+/// The OpenAI JSON body of a request under `cfg` (also used by adapters that carry OpenAI
+/// bodies over another protocol: SageMaker's messages API, Vertex AI's OpenAI endpoint).
+pub fn request_body(cfg: &OpenAiConfig, req: &EngineRequest) -> Result<Value, EngineError> {
+    let mut b = Map::new();
+    b.insert("model".into(), Value::String(cfg.model.clone()));
+    match (&req.prompt, cfg.api) {
+        (Prompt::Chat(msgs), Api::Chat) => {
+            let msgs =
+                serde_json::to_value(msgs).map_err(|e| EngineError::Request(e.to_string()))?;
+            b.insert("messages".into(), msgs);
+        }
+        (Prompt::Text(t), Api::Chat) => {
+            b.insert("messages".into(), json!([{"role": "user", "content": t}]));
+        }
+        (Prompt::Text(t), Api::Completions) => {
+            b.insert("prompt".into(), Value::String(t.clone()));
+        }
+        (Prompt::TokenIds(ids), Api::Completions) => {
+            b.insert("prompt".into(), json!(ids));
+        }
+        (Prompt::Chat(msgs), Api::Completions) => {
+            let text: Vec<String> = msgs.iter().map(Message::text_content).collect();
+            b.insert("prompt".into(), Value::String(text.join("\n")));
+        }
+        (Prompt::TokenIds(_), Api::Chat) => {
+            return Err(EngineError::Request(
+                "a prompt given as token ids needs the completions endpoint".into(),
+            ))
+        }
+        (other, _) => {
+            return Err(EngineError::Request(format!(
+                "this adapter cannot send a prompt like {other:?}"
+            )))
+        }
+    }
+    b.insert("stream".into(), Value::Bool(req.stream));
+    if req.stream && cfg.include_usage {
+        b.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(n) = req.max_tokens {
+        b.insert(cfg.max_tokens_field.clone(), json!(n));
+    }
+    if req.ignore_eos {
+        b.insert("ignore_eos".into(), Value::Bool(true));
+    }
+    if let Some(n) = req.min_tokens {
+        b.insert("min_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.sampling.temperature {
+        b.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = req.sampling.top_p {
+        b.insert("top_p".into(), json!(p));
+    }
+    if let Some(s) = req.sampling.seed {
+        b.insert("seed".into(), json!(s));
+    }
+    if let (Some(sid), Some(field)) = (&req.session_id, &cfg.session_body_field) {
+        b.insert(field.clone(), Value::String(sid.clone()));
+    }
+    for (k, v) in &req.extra_body {
+        b.insert(k.clone(), v.clone());
+    }
+    Ok(Value::Object(b))
 }
 
 impl Engine for OpenAiEngine {

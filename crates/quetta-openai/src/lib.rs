@@ -10,12 +10,13 @@ mod connect;
 pub mod decode;
 mod engine;
 pub mod fetch;
+pub mod refresh;
 pub mod sse;
 mod tls;
 pub mod transport;
 
 pub use connect::ConnectError;
-pub use engine::{join_url, list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+pub use engine::{join_url, list_models, request_body, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 pub use transport::{
     BodyDecoder, EventDecoder, Fetched, SseBody, StreamOptions, Transport, TransportConfig,
 };

@@ -25,6 +25,7 @@
 mod cache;
 pub mod faults;
 mod metrics;
+pub mod providers;
 mod server;
 
 use std::fs::File;

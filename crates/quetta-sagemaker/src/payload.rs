@@ -1,0 +1,247 @@
+//! Request bodies for the container behind an endpoint, and the framing of its answer.
+//!
+//! - `openai`: an OpenAI chat body (TGI, LMI and vLLM containers' messages API); the
+//!   streamed answer is SSE (`data: {chunk}` … `data: [DONE]`).
+//! - `jumpstart`: `{"inputs", "parameters": {"max_new_tokens", …}, "stream"}`; the streamed
+//!   answer is JSON lines (`{"token": {"text": …}}`, a final line with `details`), with or
+//!   without a `data:` prefix.
+//! - `template`: the user's JSON body with `{{prompt}}`, `{{messages}}`, `{{max_tokens}}` and
+//!   `{{stream}}` placeholders, and a JSON pointer to the text of each streamed line.
+
+use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Message, Prompt, Usage};
+use quetta_openai::BodyDecoder;
+use serde_json::{json, Map, Value};
+
+/// The request and response format the endpoint's container speaks.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Payload {
+    /// OpenAI chat completions (messages API).
+    OpenAi,
+    /// JumpStart / TGI / LMI `inputs` + `parameters`, answered in JSON lines.
+    JumpStart,
+    /// A user-given JSON template; `text_pointer` finds the text in each answered line
+    /// (and in the whole non-streamed answer).
+    Template { body: Value, text_pointer: String },
+}
+
+/// The prompt as one text (chat messages joined by newlines).
+pub(crate) fn prompt_text(p: &Prompt) -> Result<String, EngineError> {
+    match p {
+        Prompt::Text(t) => Ok(t.clone()),
+        Prompt::Chat(m) => Ok(m.iter().map(Message::text_content).collect::<Vec<_>>().join("\n")),
+        other => Err(EngineError::Request(format!(
+            "this payload format cannot send a prompt like {other:?}; use --sagemaker-payload openai"
+        ))),
+    }
+}
+
+/// The JumpStart-style body.
+pub(crate) fn jumpstart_body(req: &EngineRequest) -> Result<Value, EngineError> {
+    let mut params = Map::new();
+    if let Some(n) = req.max_tokens {
+        params.insert("max_new_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.sampling.temperature {
+        params.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = req.sampling.top_p {
+        params.insert("top_p".into(), json!(p));
+    }
+    if let Some(s) = req.sampling.seed {
+        params.insert("seed".into(), json!(s));
+    }
+    if req.ignore_eos {
+        params.insert("ignore_eos".into(), json!(true));
+    }
+    params.insert("details".into(), json!(true));
+    let mut b =
+        json!({"inputs": prompt_text(&req.prompt)?, "parameters": params, "stream": req.stream});
+    for (k, v) in &req.extra_body {
+        b[k] = v.clone();
+    }
+    Ok(b)
+}
+
+/// The template with its placeholders filled.
+pub(crate) fn fill_template(t: &Value, req: &EngineRequest) -> Result<Value, EngineError> {
+    let text = prompt_text(&req.prompt)?;
+    let messages = match &req.prompt {
+        Prompt::Chat(m) => {
+            serde_json::to_value(m).map_err(|e| EngineError::Request(e.to_string()))?
+        }
+        _ => json!([{"role": "user", "content": text}]),
+    };
+    fn fill(v: &Value, text: &str, messages: &Value, req: &EngineRequest) -> Value {
+        match v {
+            Value::String(s) => match s.as_str() {
+                "{{prompt}}" => Value::String(text.to_owned()),
+                "{{messages}}" => messages.clone(),
+                "{{max_tokens}}" => req.max_tokens.map_or(Value::Null, |n| json!(n)),
+                "{{stream}}" => Value::Bool(req.stream),
+                _ if s.contains("{{prompt}}") => Value::String(s.replace("{{prompt}}", text)),
+                _ => v.clone(),
+            },
+            Value::Array(a) => {
+                Value::Array(a.iter().map(|x| fill(x, text, messages, req)).collect())
+            }
+            Value::Object(o) => Value::Object(
+                o.iter().map(|(k, x)| (k.clone(), fill(x, text, messages, req))).collect(),
+            ),
+            _ => v.clone(),
+        }
+    }
+    Ok(fill(t, &text, &messages, req))
+}
+
+/// Streamed JSON lines (`{"token": {"text": …}}` per line, `details` on the last), each
+/// optionally prefixed with `data:` and separated by blank lines. Lines are re-buffered
+/// across payload parts, whose boundaries do not follow the container's lines.
+#[derive(Debug)]
+pub struct JsonLines {
+    buf: Vec<u8>,
+    pointer: String,
+    capture: bool,
+    finish: Option<String>,
+    ended: bool,
+}
+
+impl JsonLines {
+    pub fn new(pointer: impl Into<String>, capture: bool) -> Self {
+        Self { buf: Vec::new(), pointer: pointer.into(), capture, finish: None, ended: false }
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        let mut l = line.trim_ascii();
+        if let Some(rest) = l.strip_prefix(b"data:") {
+            l = rest.trim_ascii();
+        }
+        if l.is_empty() {
+            return Ok(());
+        }
+        let v: Value = serde_json::from_slice(l).map_err(|e| {
+            EngineError::Protocol(format!(
+                "bad JSON line in the stream ({e}): {}",
+                quetta_openai::decode::excerpt(&String::from_utf8_lossy(l), 200)
+            ))
+        })?;
+        self.value(&v, out)
+    }
+
+    fn value(&mut self, v: &Value, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+            let msg = e.as_str().map_or_else(|| e.to_string(), str::to_owned);
+            return Err(EngineError::Model(msg));
+        }
+        let special = v.pointer("/token/special").and_then(Value::as_bool).unwrap_or(false);
+        let text = v.pointer(&self.pointer).and_then(Value::as_str).unwrap_or("");
+        if !text.is_empty() && !special {
+            let text = if self.capture { Some(text.to_owned()) } else { None };
+            out(EventKind::Content(Delta { bytes: text_len(v, &self.pointer), text }));
+        } else {
+            out(EventKind::Empty);
+        }
+        if let Some(f) = v.pointer("/details/finish_reason").and_then(Value::as_str) {
+            self.finish = Some(f.to_owned());
+        }
+        if let Some(n) = v.pointer("/details/generated_tokens").and_then(Value::as_u64) {
+            out(EventKind::Usage(Usage { completion_tokens: Some(n), ..Usage::default() }));
+        }
+        Ok(())
+    }
+}
+
+fn text_len(v: &Value, pointer: &str) -> u32 {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .map_or(0, |t| u32::try_from(t.len()).unwrap_or(u32::MAX))
+}
+
+impl BodyDecoder for JsonLines {
+    fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        self.buf.extend_from_slice(data);
+        let mut start = 0;
+        while let Some(i) = self.buf[start..].iter().position(|&b| b == b'\n') {
+            let line = self.buf[start..start + i].to_vec();
+            start += i + 1;
+            self.line(&line, out)?;
+        }
+        self.buf.drain(..start);
+        Ok(())
+    }
+
+    fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        let rest = std::mem::take(&mut self.buf);
+        self.line(&rest, out)?;
+        self.ended = true;
+        Ok(())
+    }
+
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| EngineError::Protocol(format!("the answer is not JSON ({e})")))?;
+        // JumpStart answers `[{"generated_text": …}]` or `{"generated_text": …}`.
+        let v = match v {
+            Value::Array(mut a) if !a.is_empty() => a.swap_remove(0),
+            v => v,
+        };
+        self.value(&v, out)
+    }
+
+    fn is_done(&self) -> bool {
+        false
+    }
+
+    /// JSON lines have no end marker: a body that ended cleanly is complete.
+    fn is_complete(&self) -> bool {
+        self.ended
+    }
+
+    fn finish_reason(&self) -> Option<String> {
+        self.finish.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_are_rebuffered_across_parts_and_special_tokens_are_not_content() {
+        let stream = b"data:{\"token\":{\"text\":\"Hel\",\"special\":false}}\n\ndata:{\"token\":{\"text\":\"lo\"}}\n{\"token\":{\"text\":\"</s>\",\"special\":true},\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":3}}";
+        let mut d = JsonLines::new("/token/text", true);
+        let mut ev = Vec::new();
+        for b in stream {
+            d.on_data(&[*b], &mut |k| ev.push(k)).unwrap();
+        }
+        d.on_end(&mut |k| ev.push(k)).unwrap();
+        let text: String = ev
+            .iter()
+            .filter_map(|k| match k {
+                EventKind::Content(d) => d.text.clone(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "Hello");
+        assert_eq!(d.finish_reason().as_deref(), Some("length"));
+        assert!(d.is_complete());
+        assert!(ev
+            .contains(&EventKind::Usage(Usage { completion_tokens: Some(3), ..Usage::default() })));
+    }
+
+    #[test]
+    fn template_placeholders_are_filled() {
+        let t = json!({"input": {"text": "{{prompt}}", "n": "{{max_tokens}}"}, "s": "{{stream}}", "note": "Q: {{prompt}}"});
+        let mut r = EngineRequest::new(1, Prompt::Text("hi \"there\"".into()));
+        r.max_tokens = Some(7);
+        let b = fill_template(&t, &r).unwrap();
+        assert_eq!(
+            b,
+            json!({"input": {"text": "hi \"there\"", "n": 7}, "s": true, "note": "Q: hi \"there\""})
+        );
+    }
+}

@@ -1,0 +1,960 @@
+//! Strict local fakes of managed providers, for testing adapters over real sockets:
+//!
+//! - Amazon SageMaker runtime: `POST /endpoints/NAME/invocations-response-stream` and
+//!   `/invocations`. Every request's SigV4 signature is recomputed here (an implementation
+//!   written for the fake, independent of the adapter's `aws-sigv4`) for the configured
+//!   test credentials; a wrong one is answered 403 `InvalidSignatureException`. Streams are
+//!   AWS event-stream frames (prelude and message CRC-32), each SSE event or JSON line split
+//!   over two payload parts, optionally delivered one byte per body chunk, with an optional
+//!   corrupted CRC or a `ModelStreamError` exception.
+//! - Google: an OAuth token endpoint (`POST /token`) that verifies the RS256 signature of a
+//!   service account's JWT assertion (or a refresh token) and issues short-lived tokens, a
+//!   metadata-server token route, and Vertex AI routes (`:streamGenerateContent?alt=sse`,
+//!   `:generateContent`, the OpenAI-compatible `…/chat/completions`, `:predict`) that reject
+//!   unknown or expired tokens with 401.
+//!
+//! Tokens are generated every `itl` after `ttft`; the time each token's bytes were handed to
+//! hyper is recorded, so a client's timestamps can be compared with them.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::time::Sleep;
+
+use crate::SimError;
+
+/// AWS credentials the fake accepts.
+#[derive(Clone)]
+pub struct AwsKey {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub region: String,
+}
+
+impl std::fmt::Debug for AwsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsKey")
+            .field("access_key_id", &self.access_key_id)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Google service account (and user) the fake's token endpoint accepts.
+#[derive(Clone, Debug)]
+pub struct GoogleAuth {
+    /// The service account's RSA public key, PKCS#1 `RSAPublicKey` DER.
+    pub public_key_der: Vec<u8>,
+    pub client_email: String,
+    /// Lifetime of issued access tokens.
+    pub token_lifetime: Duration,
+    /// `(client_id, client_secret, refresh_token)` of an authorized user, if any.
+    pub user: Option<(String, String, String)>,
+}
+
+/// Configuration of a [`ProviderFake`].
+#[derive(Clone, Debug)]
+pub struct FakeConfig {
+    pub ttft: Duration,
+    pub itl: Duration,
+    /// Tokens when the request names no limit.
+    pub default_tokens: u32,
+    pub aws: Option<AwsKey>,
+    pub google: Option<GoogleAuth>,
+    /// Deliver every SageMaker stream one byte per body chunk.
+    pub split_every_byte: bool,
+    /// Corrupt the message CRC of the frame that carries this token (0-based).
+    pub bad_crc_at: Option<u32>,
+    /// Send a `ModelStreamError` exception instead of this token (0-based).
+    pub model_stream_error_at: Option<u32>,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        Self {
+            ttft: Duration::from_millis(20),
+            itl: Duration::from_millis(2),
+            default_tokens: 16,
+            aws: None,
+            google: None,
+            split_every_byte: false,
+            bad_crc_at: None,
+            model_stream_error_at: None,
+        }
+    }
+}
+
+/// What the fake saw and did for one request.
+#[derive(Debug, Clone)]
+pub struct FakeRecord {
+    pub path: String,
+    pub status: u16,
+    pub error: Option<String>,
+    pub request_id: Option<u64>,
+    pub arrival: Instant,
+    /// When each token's bytes were handed to hyper.
+    pub chunks: Vec<Instant>,
+    /// The request's headers (names lower-case), to check what reached the wire.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// A token the fake issued.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub issued: SystemTime,
+    pub expires: SystemTime,
+    pub grant: String,
+}
+
+struct Shared {
+    cfg: FakeConfig,
+    records: Mutex<Vec<FakeRecord>>,
+    tokens: Mutex<HashMap<String, Issued>>,
+    base: Mutex<String>,
+}
+
+/// A running fake on 127.0.0.1; stops when dropped.
+pub struct ProviderFake {
+    addr: SocketAddr,
+    sh: Arc<Shared>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ProviderFake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderFake").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl Drop for ProviderFake {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl ProviderFake {
+    /// Start on an ephemeral 127.0.0.1 port, on its own thread and runtime.
+    pub fn start(cfg: FakeConfig) -> Result<Self, SimError> {
+        let bind: SocketAddr = "127.0.0.1:0".parse().expect("static address");
+        let l = std::net::TcpListener::bind(bind)
+            .map_err(|source| SimError::Bind { addr: bind, source })?;
+        l.set_nonblocking(true).map_err(SimError::Runtime)?;
+        let addr = l.local_addr().map_err(SimError::Runtime)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("quetta-fake")
+            .enable_all()
+            .build()
+            .map_err(SimError::Runtime)?;
+        let sh = Arc::new(Shared {
+            cfg,
+            records: Mutex::new(Vec::new()),
+            tokens: Mutex::new(HashMap::new()),
+            base: Mutex::new(format!("http://{addr}")),
+        });
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let sh2 = sh.clone();
+        let thread = std::thread::Builder::new()
+            .name("quetta-fake-main".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    loop {
+                        let accepted = tokio::select! {
+                            a = listener.accept() => a,
+                            _ = &mut rx => return,
+                        };
+                        let Ok((stream, _)) = accepted else { continue };
+                        let _ = stream.set_nodelay(true);
+                        let sh = sh2.clone();
+                        let builder = builder.clone();
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req| handle(req, sh.clone()));
+                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        });
+                    }
+                });
+            })
+            .map_err(SimError::Runtime)?;
+        Ok(Self { addr, sh, stop: Some(tx), thread: Some(thread) })
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The token endpoint (`token_uri` of a test service-account key).
+    pub fn token_url(&self) -> String {
+        format!("{}/token", self.base_url())
+    }
+
+    pub fn records(&self) -> Vec<FakeRecord> {
+        self.sh.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Every token issued so far, oldest first.
+    pub fn issued(&self) -> Vec<Issued> {
+        let t = self.sh.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut v: Vec<Issued> = t.values().cloned().collect();
+        v.sort_by_key(|i| i.issued);
+        v
+    }
+}
+
+type Body = Either<Full<Bytes>, Timed>;
+
+fn full(status: StatusCode, ct: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Either::Left(Full::new(body.into())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(http::header::CONTENT_TYPE, ct.parse().expect("static"));
+    r
+}
+
+const WORDS: &[&str] = &["the", "model", "streams", "tokens", "to", "a", "careful", "client"];
+
+fn word(i: u32) -> String {
+    format!("{} ", WORDS[i as usize % WORDS.len()])
+}
+
+async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body>, std::io::Error> {
+    let arrival = Instant::now();
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, 16 << 20).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return Ok(full(StatusCode::BAD_REQUEST, "text/plain", "unreadable body")),
+    };
+    let path = parts.uri.path().to_owned();
+    let mut rec = FakeRecord {
+        path: parts.uri.to_string(),
+        status: 200,
+        error: None,
+        request_id: parts
+            .headers
+            .get("x-quetta-request-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.parse().ok()),
+        arrival,
+        chunks: Vec::new(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    };
+    let resp = route(&parts, &path, &body, &sh, &mut rec);
+    let resp = match resp {
+        Ok(Reply::Done(r)) => {
+            let r = *r;
+            rec.status = r.status().as_u16();
+            push(&sh, rec);
+            r
+        }
+        Ok(Reply::Stream { ct, frames }) => {
+            let mut r = Response::new(Either::Right(Timed::new(
+                frames,
+                rec,
+                sh.clone(),
+                sh.cfg.split_every_byte && ct == EVENT_STREAM,
+            )));
+            r.headers_mut().insert(http::header::CONTENT_TYPE, ct.parse().expect("static"));
+            r
+        }
+        Err((status, headers, body)) => {
+            rec.status = status.as_u16();
+            rec.error = Some(body.clone());
+            push(&sh, rec);
+            let mut r = full(status, "application/json", body);
+            for (k, v) in headers {
+                r.headers_mut().insert(k, v.parse().expect("ascii header"));
+            }
+            r
+        }
+    };
+    Ok(resp)
+}
+
+fn push(sh: &Shared, rec: FakeRecord) {
+    sh.records.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(rec);
+}
+
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+
+enum Reply {
+    Done(Box<Response<Body>>),
+    /// (delay after arrival, bytes, whether the frame completes a token)
+    Stream {
+        ct: &'static str,
+        frames: Vec<(Duration, Bytes, bool)>,
+    },
+}
+
+type Refusal = (StatusCode, Vec<(&'static str, String)>, String);
+
+fn route(
+    parts: &http::request::Parts,
+    path: &str,
+    body: &[u8],
+    sh: &Shared,
+    rec: &mut FakeRecord,
+) -> Result<Reply, Refusal> {
+    let _ = rec;
+    if parts.method == Method::POST && path == "/token" {
+        return token(body, sh).map(|r| Reply::Done(Box::new(r)));
+    }
+    if parts.method == Method::GET
+        && path == "/computeMetadata/v1/instance/service-accounts/default/token"
+    {
+        if parts.headers.get("metadata-flavor").and_then(|v| v.to_str().ok()) != Some("Google") {
+            return Err((StatusCode::FORBIDDEN, vec![], "missing Metadata-Flavor: Google".into()));
+        }
+        return Ok(Reply::Done(Box::new(issue(sh, "metadata"))));
+    }
+    if let Some(rest) = path.strip_prefix("/endpoints/") {
+        check_sigv4(parts, body, sh)?;
+        let v: Value = serde_json::from_slice(body).map_err(|_| {
+            (
+                StatusCode::BAD_REQUEST,
+                vec![("x-amzn-errortype", "ValidationError:".to_owned())],
+                json!({"message": "body is not JSON"}).to_string(),
+            )
+        })?;
+        return if rest.ends_with("/invocations-response-stream") {
+            Ok(sagemaker_stream(&v, &sh.cfg))
+        } else if rest.ends_with("/invocations") {
+            Ok(sagemaker_full(&v, &sh.cfg))
+        } else {
+            Err((StatusCode::NOT_FOUND, vec![], "{}".into()))
+        };
+    }
+    if path.starts_with("/v1/projects/") {
+        check_bearer(parts, sh)?;
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|_| google_error(400, "INVALID_ARGUMENT", "body is not JSON"))?;
+        return if path.ends_with(":streamGenerateContent") {
+            Ok(gemini_stream(&v, &sh.cfg))
+        } else if path.ends_with(":generateContent") {
+            Ok(Reply::Done(Box::new(gemini_full(&v, &sh.cfg))))
+        } else if path.ends_with("/chat/completions") {
+            Ok(openai_stream(&v, &sh.cfg))
+        } else if path.ends_with(":predict") || path.ends_with(":rawPredict") {
+            Ok(Reply::Done(Box::new(predict(&v, &sh.cfg))))
+        } else {
+            Err(google_error(404, "NOT_FOUND", "no such method"))
+        };
+    }
+    Err((StatusCode::NOT_FOUND, vec![], "{}".into()))
+}
+
+fn google_error(code: u16, status: &str, msg: &str) -> Refusal {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
+        vec![],
+        json!({"error": {"code": code, "message": msg, "status": status}}).to_string(),
+    )
+}
+
+// ---------------------------------------------------------------- SigV4 (independent)
+
+fn hex(b: &[u8]) -> String {
+    b.iter().fold(String::new(), |mut o, x| {
+        let _ = write!(o, "{x:02x}");
+        o
+    })
+}
+
+fn hmac(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), msg).as_ref().to_vec()
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, b).as_ref())
+}
+
+/// Non-S3 services sign the path URI-encoded twice: encode the (once-encoded) path again.
+fn canonical_uri(path: &str) -> String {
+    let mut o = String::new();
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            o.push(b as char);
+        } else {
+            let _ = write!(o, "%{b:02X}");
+        }
+    }
+    o
+}
+
+fn check_sigv4(parts: &http::request::Parts, body: &[u8], sh: &Shared) -> Result<(), Refusal> {
+    let Some(key) = &sh.cfg.aws else { return Ok(()) };
+    let deny = |t: &str, m: &str| -> Refusal {
+        (
+            StatusCode::FORBIDDEN,
+            vec![(
+                "x-amzn-errortype",
+                format!("{t}:http://internal.amazon.com/coral/com.amazon.coral.service/"),
+            )],
+            json!({"message": m}).to_string(),
+        )
+    };
+    let h = |n: &str| parts.headers.get(n).and_then(|v| v.to_str().ok());
+    let auth = h("authorization").ok_or_else(|| {
+        deny("MissingAuthenticationTokenException", "Missing Authentication Token")
+    })?;
+    let rest = auth
+        .strip_prefix("AWS4-HMAC-SHA256 ")
+        .ok_or_else(|| deny("IncompleteSignatureException", "not AWS4-HMAC-SHA256"))?;
+    let mut cred = "";
+    let mut signed = "";
+    let mut sig = "";
+    for f in rest.split(',') {
+        let f = f.trim();
+        if let Some(x) = f.strip_prefix("Credential=") {
+            cred = x;
+        } else if let Some(x) = f.strip_prefix("SignedHeaders=") {
+            signed = x;
+        } else if let Some(x) = f.strip_prefix("Signature=") {
+            sig = x;
+        }
+    }
+    let scope: Vec<&str> = cred.split('/').collect();
+    if scope.len() != 5 || scope[4] != "aws4_request" {
+        return Err(deny("IncompleteSignatureException", "bad Credential scope"));
+    }
+    if scope[0] != key.access_key_id {
+        return Err(deny(
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+        ));
+    }
+    if scope[2] != key.region || scope[3] != "sagemaker" {
+        return Err(deny(
+            "InvalidSignatureException",
+            "Credential should be scoped to a valid region and service",
+        ));
+    }
+    let amz_date =
+        h("x-amz-date").ok_or_else(|| deny("IncompleteSignatureException", "no X-Amz-Date"))?;
+    if !amz_date.starts_with(scope[1]) {
+        return Err(deny("InvalidSignatureException", "date does not match the credential scope"));
+    }
+    if !signed.split(';').any(|n| n == "host") || !signed.split(';').any(|n| n == "x-amz-date") {
+        return Err(deny("InvalidSignatureException", "host and x-amz-date must be signed"));
+    }
+    let mut canon_headers = String::new();
+    for n in signed.split(';') {
+        let v = parts
+            .headers
+            .get_all(n)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join(",");
+        if v.is_empty() && n != "host" {
+            return Err(deny(
+                "InvalidSignatureException",
+                &format!("signed header {n} is missing"),
+            ));
+        }
+        let v = if n == "host" && v.is_empty() {
+            parts.uri.authority().map(ToString::to_string).unwrap_or_default()
+        } else {
+            v
+        };
+        let _ = writeln!(canon_headers, "{n}:{v}");
+    }
+    let query = parts.uri.query().unwrap_or("");
+    let mut q: Vec<&str> = query.split('&').filter(|s| !s.is_empty()).collect();
+    q.sort_unstable();
+    let canonical = format!(
+        "{}\n{}\n{}\n{}\n{}\n{}",
+        parts.method,
+        canonical_uri(parts.uri.path()),
+        q.join("&"),
+        canon_headers,
+        signed,
+        sha256_hex(body)
+    );
+    let sts = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{}/{}/{}/aws4_request\n{}",
+        scope[1],
+        scope[2],
+        scope[3],
+        sha256_hex(canonical.as_bytes())
+    );
+    let k = hmac(format!("AWS4{}", key.secret_access_key).as_bytes(), scope[1].as_bytes());
+    let k = hmac(&k, scope[2].as_bytes());
+    let k = hmac(&k, scope[3].as_bytes());
+    let k = hmac(&k, b"aws4_request");
+    let want = hex(&hmac(&k, sts.as_bytes()));
+    if want != sig {
+        return Err(deny("InvalidSignatureException", "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method."));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- event stream (independent)
+
+/// One event-stream message with string headers.
+pub fn frame(headers: &[(&str, &str)], payload: &[u8], corrupt_crc: bool) -> Vec<u8> {
+    let mut hb = Vec::new();
+    for (k, v) in headers {
+        hb.push(k.len() as u8);
+        hb.extend_from_slice(k.as_bytes());
+        hb.push(7); // string
+        hb.extend_from_slice(&(v.len() as u16).to_be_bytes());
+        hb.extend_from_slice(v.as_bytes());
+    }
+    let total = 12 + hb.len() + payload.len() + 4;
+    let mut m = Vec::with_capacity(total);
+    m.extend_from_slice(&(total as u32).to_be_bytes());
+    m.extend_from_slice(&(hb.len() as u32).to_be_bytes());
+    let pc = crc32fast::hash(&m);
+    m.extend_from_slice(&pc.to_be_bytes());
+    m.extend_from_slice(&hb);
+    m.extend_from_slice(payload);
+    let mut mc = crc32fast::hash(&m);
+    if corrupt_crc {
+        mc ^= 0xdead_beef;
+    }
+    m.extend_from_slice(&mc.to_be_bytes());
+    m
+}
+
+fn payload_part(p: &[u8], corrupt: bool) -> Vec<u8> {
+    frame(
+        &[
+            (":message-type", "event"),
+            (":event-type", "PayloadPart"),
+            (":content-type", "application/octet-stream"),
+        ],
+        p,
+        corrupt,
+    )
+}
+
+/// A container answer split over two payload parts, at a point that is not a line end.
+fn two_parts(p: &[u8], corrupt: bool) -> Bytes {
+    let mid = p.len() / 2;
+    let mut v = payload_part(&p[..mid], false);
+    v.extend(payload_part(&p[mid..], corrupt));
+    Bytes::from(v)
+}
+
+fn n_tokens(v: &Value, cfg: &FakeConfig) -> u32 {
+    [
+        "/max_tokens",
+        "/parameters/max_new_tokens",
+        "/generationConfig/maxOutputTokens",
+        "/instances/0/max_tokens",
+    ]
+    .iter()
+    .find_map(|p| v.pointer(p).and_then(Value::as_u64))
+    .map_or(cfg.default_tokens, |n| n as u32)
+}
+
+fn prompt_words(v: &Value) -> u64 {
+    fn walk(v: &Value) -> u64 {
+        match v {
+            Value::String(s) => s.split_whitespace().count() as u64,
+            Value::Array(a) => a.iter().map(walk).sum(),
+            Value::Object(o) => o
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "role" | "model" | "mimeType" | "data"))
+                .map(|(_, x)| walk(x))
+                .sum(),
+            _ => 0,
+        }
+    }
+    ["messages", "inputs", "contents", "instances"].iter().filter_map(|k| v.get(*k)).map(walk).sum()
+}
+
+fn at(cfg: &FakeConfig, i: u32) -> Duration {
+    cfg.ttft + cfg.itl * i
+}
+
+fn openai_chunk(text: &str, finish: Option<&str>) -> String {
+    json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}).to_string()
+}
+
+fn sagemaker_stream(v: &Value, cfg: &FakeConfig) -> Reply {
+    let n = n_tokens(v, cfg);
+    let openai = v.get("messages").is_some();
+    let mut frames = Vec::new();
+    let mut text = String::new();
+    for i in 0..n {
+        let t = at(cfg, i);
+        if cfg.model_stream_error_at == Some(i) {
+            let p =
+                json!({"Message": "the model failed while generating", "ErrorCode": "ModelError"})
+                    .to_string();
+            let f = frame(
+                &[
+                    (":message-type", "exception"),
+                    (":exception-type", "ModelStreamError"),
+                    (":content-type", "application/json"),
+                ],
+                p.as_bytes(),
+                false,
+            );
+            frames.push((t, Bytes::from(f), false));
+            return Reply::Stream { ct: EVENT_STREAM, frames };
+        }
+        let w = word(i);
+        text.push_str(&w);
+        let line = if openai {
+            format!("data: {}\n\n", openai_chunk(&w, None))
+        } else {
+            format!(
+                "{}\n",
+                json!({"token": {"id": i, "text": w, "special": false}, "generated_text": null, "details": null})
+            )
+        };
+        frames.push((t, two_parts(line.as_bytes(), cfg.bad_crc_at == Some(i)), true));
+    }
+    let t = at(cfg, n.saturating_sub(1));
+    let tail = if openai {
+        let usage = json!({"prompt_tokens": prompt_words(v), "completion_tokens": n, "total_tokens": prompt_words(v) + u64::from(n)});
+        format!(
+            "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+            openai_chunk("", Some("length")),
+            json!({"object": "chat.completion.chunk", "choices": [], "usage": usage})
+        )
+    } else {
+        format!(
+            "{}\n",
+            json!({"token": {"id": n, "text": "</s>", "special": true}, "generated_text": text, "details": {"finish_reason": "length", "generated_tokens": n}})
+        )
+    };
+    frames.push((t, two_parts(tail.as_bytes(), false), false));
+    Reply::Stream { ct: EVENT_STREAM, frames }
+}
+
+fn sagemaker_full(v: &Value, cfg: &FakeConfig) -> Reply {
+    let n = n_tokens(v, cfg);
+    let text: String = (0..n).map(word).collect();
+    let body = if v.get("messages").is_some() {
+        json!({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+               "usage": {"prompt_tokens": prompt_words(v), "completion_tokens": n}})
+    } else {
+        json!([{"generated_text": text}])
+    };
+    Reply::Stream {
+        ct: "application/json",
+        frames: vec![(at(cfg, n.saturating_sub(1)), Bytes::from(body.to_string()), true)],
+    }
+}
+
+// ---------------------------------------------------------------- Google
+
+fn b64url(s: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s.trim_end_matches('=')).ok()
+}
+
+fn form(body: &[u8]) -> HashMap<String, String> {
+    fn dec(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut o = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'+' => o.push(b' '),
+                b'%' if i + 2 < b.len() => {
+                    let h = std::str::from_utf8(&b[i + 1..i + 3])
+                        .ok()
+                        .and_then(|h| u8::from_str_radix(h, 16).ok());
+                    match h {
+                        Some(x) => {
+                            o.push(x);
+                            i += 2;
+                        }
+                        None => o.push(b'%'),
+                    }
+                }
+                x => o.push(x),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&o).into_owned()
+    }
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (dec(k), dec(v)))
+        .collect()
+}
+
+fn oauth_error(e: &str, d: &str) -> Refusal {
+    (StatusCode::BAD_REQUEST, vec![], json!({"error": e, "error_description": d}).to_string())
+}
+
+fn token(body: &[u8], sh: &Shared) -> Result<Response<Body>, Refusal> {
+    let Some(g) = &sh.cfg.google else {
+        return Err(oauth_error("invalid_client", "no Google auth configured"));
+    };
+    let f = form(body);
+    match f.get("grant_type").map(String::as_str) {
+        Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => {
+            let a =
+                f.get("assertion").ok_or_else(|| oauth_error("invalid_request", "no assertion"))?;
+            let parts: Vec<&str> = a.split('.').collect();
+            if parts.len() != 3 {
+                return Err(oauth_error("invalid_grant", "not a JWT"));
+            }
+            let header: Value = b64url(parts[0])
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| oauth_error("invalid_grant", "bad JWT header"))?;
+            if header["alg"] != "RS256" {
+                return Err(oauth_error("invalid_grant", "alg must be RS256"));
+            }
+            let sig = b64url(parts[2])
+                .ok_or_else(|| oauth_error("invalid_grant", "bad signature encoding"))?;
+            let signed = format!("{}.{}", parts[0], parts[1]);
+            let key = ring::signature::UnparsedPublicKey::new(
+                &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+                &g.public_key_der,
+            );
+            key.verify(signed.as_bytes(), &sig)
+                .map_err(|_| oauth_error("invalid_grant", "Invalid JWT Signature."))?;
+            let claims: Value = b64url(parts[1])
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| oauth_error("invalid_grant", "bad JWT claims"))?;
+            let now =
+                SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+            let base = sh.base.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            if claims["iss"] != g.client_email.as_str() {
+                return Err(oauth_error("invalid_grant", "iss is not the service account"));
+            }
+            if claims["aud"] != format!("{base}/token").as_str() {
+                return Err(oauth_error("invalid_grant", "aud is not this token endpoint"));
+            }
+            if claims["scope"].as_str().is_none_or(str::is_empty) {
+                return Err(oauth_error("invalid_scope", "no scope"));
+            }
+            let (iat, exp) =
+                (claims["iat"].as_i64().unwrap_or(0), claims["exp"].as_i64().unwrap_or(0));
+            if iat > now + 60 || exp <= now || exp - iat > 3600 {
+                return Err(oauth_error("invalid_grant", "Invalid JWT: iat/exp out of range"));
+            }
+            Ok(issue(sh, "jwt-bearer"))
+        }
+        Some("refresh_token") => {
+            let ok = g.user.as_ref().is_some_and(|(id, secret, rt)| {
+                f.get("client_id") == Some(id)
+                    && f.get("client_secret") == Some(secret)
+                    && f.get("refresh_token") == Some(rt)
+            });
+            if ok {
+                Ok(issue(sh, "refresh_token"))
+            } else {
+                Err(oauth_error("invalid_grant", "Bad Request"))
+            }
+        }
+        _ => Err(oauth_error("unsupported_grant_type", "unknown grant type")),
+    }
+}
+
+fn issue(sh: &Shared, grant: &str) -> Response<Body> {
+    let life = sh.cfg.google.as_ref().map_or(Duration::from_secs(3600), |g| g.token_lifetime);
+    let mut t = sh.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tok = format!(
+        "ya29.fake-{}-{}",
+        t.len() + 1,
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+    );
+    let now = SystemTime::now();
+    t.insert(tok.clone(), Issued { issued: now, expires: now + life, grant: grant.to_owned() });
+    full(
+        StatusCode::OK,
+        "application/json",
+        json!({"access_token": tok, "expires_in": life.as_secs(), "token_type": "Bearer"})
+            .to_string(),
+    )
+}
+
+fn check_bearer(parts: &http::request::Parts, sh: &Shared) -> Result<(), Refusal> {
+    if sh.cfg.google.is_none() {
+        return Ok(());
+    }
+    let tok = parts
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let t = sh.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match tok.and_then(|k| t.get(k)) {
+        Some(i) if i.expires > SystemTime::now() => Ok(()),
+        Some(_) => Err(google_error(
+            401,
+            "UNAUTHENTICATED",
+            "Request had invalid authentication credentials: the access token expired.",
+        )),
+        None => Err(google_error(
+            401,
+            "UNAUTHENTICATED",
+            "Request had invalid authentication credentials.",
+        )),
+    }
+}
+
+fn gemini_stream(v: &Value, cfg: &FakeConfig) -> Reply {
+    let n = n_tokens(v, cfg);
+    let p = prompt_words(v);
+    let mut frames = Vec::new();
+    for i in 0..n {
+        let last = i + 1 == n;
+        let mut c =
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": word(i)}]}}]});
+        if last {
+            c["candidates"][0]["finishReason"] = json!("MAX_TOKENS");
+            c["usageMetadata"] = json!({"promptTokenCount": p, "candidatesTokenCount": n, "totalTokenCount": p + u64::from(n)});
+        }
+        frames.push((at(cfg, i), Bytes::from(format!("data: {c}\r\n\r\n")), true));
+    }
+    Reply::Stream { ct: "text/event-stream", frames }
+}
+
+fn gemini_full(v: &Value, cfg: &FakeConfig) -> Response<Body> {
+    let n = n_tokens(v, cfg);
+    let p = prompt_words(v);
+    let text: String = (0..n).map(word).collect();
+    let c = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "MAX_TOKENS"}],
+                   "usageMetadata": {"promptTokenCount": p, "candidatesTokenCount": n, "totalTokenCount": p + u64::from(n)}});
+    full(StatusCode::OK, "application/json", c.to_string())
+}
+
+fn openai_stream(v: &Value, cfg: &FakeConfig) -> Reply {
+    let n = n_tokens(v, cfg);
+    let mut frames: Vec<(Duration, Bytes, bool)> = (0..n)
+        .map(|i| {
+            (at(cfg, i), Bytes::from(format!("data: {}\n\n", openai_chunk(&word(i), None))), true)
+        })
+        .collect();
+    let usage = json!({"prompt_tokens": prompt_words(v), "completion_tokens": n});
+    let tail = format!(
+        "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        openai_chunk("", Some("length")),
+        json!({"choices": [], "usage": usage})
+    );
+    frames.push((at(cfg, n.saturating_sub(1)), Bytes::from(tail), false));
+    Reply::Stream { ct: "text/event-stream", frames }
+}
+
+fn predict(v: &Value, cfg: &FakeConfig) -> Response<Body> {
+    let n = n_tokens(v, cfg);
+    let text: String = (0..n).map(word).collect();
+    full(
+        StatusCode::OK,
+        "application/json",
+        json!({"predictions": [text], "deployedModelId": "1"}).to_string(),
+    )
+}
+
+// ---------------------------------------------------------------- timed body
+
+/// A body that hands each frame to hyper at its time (after the request's arrival) and
+/// records when token frames went out.
+pub(crate) struct Timed {
+    frames: std::collections::VecDeque<(Instant, Bytes, bool)>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    rec: Option<FakeRecord>,
+    sh: Arc<Shared>,
+    every_byte: bool,
+    /// Bytes of the current frame still to send one at a time.
+    rest: Bytes,
+}
+
+impl Timed {
+    fn new(
+        frames: Vec<(Duration, Bytes, bool)>,
+        rec: FakeRecord,
+        sh: Arc<Shared>,
+        every_byte: bool,
+    ) -> Self {
+        let a = rec.arrival;
+        Self {
+            frames: frames.into_iter().map(|(d, b, m)| (a + d, b, m)).collect(),
+            sleep: None,
+            rec: Some(rec),
+            sh,
+            every_byte,
+            rest: Bytes::new(),
+        }
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.rec.take() {
+            if !self.frames.is_empty() {
+                r.error = Some("client went away".into());
+            }
+            push(&self.sh, r);
+        }
+    }
+}
+
+impl http_body::Body for Timed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let this = &mut *self;
+        if !this.rest.is_empty() {
+            let b = this.rest.split_to(1);
+            return Poll::Ready(Some(Ok(Frame::data(b))));
+        }
+        let Some(&(due, _, _)) = this.frames.front() else { return Poll::Ready(None) };
+        if Instant::now() < due {
+            let s =
+                this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due.into())));
+            s.as_mut().reset(due.into());
+            if s.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        let (_, bytes, mark) = this.frames.pop_front().expect("front exists");
+        if mark {
+            if let Some(r) = this.rec.as_mut() {
+                r.chunks.push(Instant::now());
+            }
+        }
+        if this.every_byte && bytes.len() > 1 {
+            let mut b = bytes;
+            let first = b.split_to(1);
+            this.rest = b;
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
+    }
+}
