@@ -19,6 +19,21 @@ pub fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
     Ok(v)
 }
 
+/// Percent-encode everything but RFC 3986's unreserved characters (a path segment, a form
+/// value).
+pub fn percent_encode(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            o.push(b as char);
+        } else {
+            let _ = write!(o, "%{b:02X}");
+        }
+    }
+    o
+}
+
 /// One request with an optional bearer token and an empty body.
 fn request(
     method: Method,

@@ -17,7 +17,6 @@
 pub mod eventstream;
 pub mod payload;
 
-use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use aws_config::BehaviorVersion;
@@ -142,18 +141,6 @@ pub struct SageMakerEngine {
     cfg: SageMakerConfig,
 }
 
-fn encode_segment(s: &str) -> String {
-    let mut o = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            o.push(b as char);
-        } else {
-            let _ = write!(o, "%{b:02X}");
-        }
-    }
-    o
-}
-
 /// Loads the region and a credentials provider from the standard chain. The chain's own
 /// HTTP calls (STS, SSO, metadata) use rustls with the ring provider, the same as the rest
 /// of Quetta.
@@ -219,7 +206,7 @@ impl SageMakerEngine {
                     if region.starts_with("cn-") { "amazonaws.com.cn" } else { "amazonaws.com" };
                 format!("https://runtime.sagemaker.{region}.{suffix}")
             });
-        let name = encode_segment(&cfg.endpoint_name);
+        let name = quetta_openai::fetch::percent_encode(&cfg.endpoint_name);
         let uri = |path: &str| -> Result<Uri, SageMakerError> {
             let u = format!("{}/endpoints/{name}/{path}", base.trim_end_matches('/'));
             u.parse().map_err(|e: http::uri::InvalidUri| SageMakerError::Url {
