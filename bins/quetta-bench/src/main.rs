@@ -1,5 +1,6 @@
 //! `quetta-bench`: a thin command line over Quetta's libraries.
 
+mod backends;
 mod compare;
 mod correctness;
 mod report;

@@ -68,9 +68,9 @@ pub enum BackendArg {
     /// A LiteLLM proxy: OpenAI's protocol, provider-prefixed model names, the proxy's key;
     /// its `x-litellm-*` response headers are kept in requests.jsonl.
     Litellm,
-    /// Amazon SageMaker (not in this build yet).
+    /// An Amazon SageMaker endpoint (--sagemaker-endpoint; SigV4, the AWS credential chain).
     Sagemaker,
-    /// Google Vertex AI (not in this build yet).
+    /// Google Vertex AI (--vertex-project, --model; application default credentials).
     Vertex,
 }
 
@@ -161,6 +161,14 @@ fn header_arg(s: &str) -> Result<(String, String), String> {
     Ok((k.trim().to_owned(), v.trim().to_owned()))
 }
 
+impl RunArgs {
+    /// Whether the run targets Quetta's embedded simulator (no server, no managed endpoint).
+    pub(crate) fn embedded_simulator(&self) -> bool {
+        self.base_url.is_none()
+            && !matches!(self.backend, BackendArg::Sagemaker | BackendArg::Vertex)
+    }
+}
+
 /// Flags of `quetta-bench run`.
 #[derive(Debug, Clone, Args)]
 #[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
@@ -171,6 +179,8 @@ pub struct RunArgs {
     /// Which kind of endpoint the server is.
     #[arg(long, value_enum, default_value = "openai")]
     backend: BackendArg,
+    #[command(flatten)]
+    managed: crate::backends::ManagedArgs,
     /// OpenAI API to call.
     #[arg(long, value_enum, default_value = "chat")]
     endpoint: Endpoint,
@@ -821,8 +831,12 @@ async fn run(
             }
         }
     };
-    if matches!(a.backend, BackendArg::Sagemaker | BackendArg::Vertex) {
-        bail!("--backend {}: not in this build yet (SageMaker and Vertex adapters are planned); use openai or litellm", serde_json::to_value(a.backend)?.as_str().unwrap_or("?"));
+    let managed_backend = matches!(a.backend, BackendArg::Sagemaker | BackendArg::Vertex);
+    if managed_backend && a.base_url.is_some() {
+        bail!("--base-url is for OpenAI-compatible servers; with --backend sagemaker use --aws-endpoint-url, with vertex --vertex-endpoint-url");
+    }
+    if managed_backend && a.reset_prefix_cache.is_some() {
+        bail!("--reset-prefix-cache needs a server's own endpoint; managed endpoints have none");
     }
     let workload: Box<dyn Workload> = if a.modality == ModalityArg::Vision {
         if a.endpoint != Endpoint::Chat || multiturn {
@@ -934,9 +948,42 @@ async fn run(
     }
     let mut cfg = cfg;
     // Target: the given server, or the embedded simulator.
-    let (sim, base_url) = match &a.base_url {
-        Some(u) => (None, u.clone()),
-        None => {
+    let timeouts = Timeouts {
+        connect: a.connect_timeout,
+        first_byte: None,
+        first_token: a.ttft_timeout,
+        idle: a.idle_timeout,
+        total: a.request_timeout,
+    };
+    let record_headers: Vec<String> =
+        a.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+    let managed = if managed_backend {
+        let common = crate::backends::Common {
+            model: a.model.as_deref(),
+            transport: quetta_openai::TransportConfig {
+                insecure: a.insecure,
+                ca_cert: a.ca_cert.clone(),
+                http2: a.http2,
+                connect_timeout: a.connect_timeout,
+            },
+            timeouts,
+            record_headers: record_headers.clone(),
+            vision: a.modality == ModalityArg::Vision,
+            session_body_field: (a.session_body_field != "none")
+                .then(|| a.session_body_field.clone()),
+        };
+        Some(if a.backend == BackendArg::Sagemaker {
+            crate::backends::sagemaker(&a.managed, common, &mut notes).await?
+        } else {
+            crate::backends::vertex(&a.managed, common, &mut notes).await?
+        })
+    } else {
+        None
+    };
+    let (sim, base_url) = match (&managed, &a.base_url) {
+        (Some(m), _) => (None, m.base_url.clone()),
+        (None, Some(u)) => (None, u.clone()),
+        (None, None) => {
             let cfg = SimConfig {
                 ttft: Duration::from_secs_f64(a.sim_ttft_ms.max(0.0) / 1e3),
                 itl: Duration::from_secs_f64(a.sim_itl_ms.max(0.0) / 1e3),
@@ -962,74 +1009,77 @@ async fn run(
     if a.insecure {
         eprintln!("warning: --insecure: TLS certificates are NOT verified");
     }
-    let api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
-    let model = match &a.model {
-        Some(m) => m.clone(),
-        None => {
-            let models =
-                list_models(&base_url, api_key.as_ref(), a.insecure, Duration::from_secs(15))
+    let (engine, backend, model) = if let Some(m) = managed {
+        (m.engine, m.backend, m.model)
+    } else {
+        let api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
+        let model = match &a.model {
+            Some(m) => m.clone(),
+            None => {
+                let models =
+                    list_models(&base_url, api_key.as_ref(), a.insecure, Duration::from_secs(15))
+                        .await
+                        .with_context(|| {
+                            format!("no --model given and GET {base_url}/v1/models failed")
+                        })?;
+                models
+                    .into_iter()
+                    .next()
+                    .context("no --model given and /v1/models lists no model")?
+            }
+        };
+        let api = match a.endpoint {
+            Endpoint::Chat => Api::Chat,
+            Endpoint::Completions => Api::Completions,
+        };
+        let mut ocfg = OpenAiConfig::new(&base_url, api, &model);
+        ocfg.api_key = api_key;
+        ocfg.http2 = a.http2;
+        ocfg.insecure = a.insecure;
+        ocfg.ca_cert.clone_from(&a.ca_cert);
+        ocfg.session_header = (a.session_header != "none").then(|| a.session_header.clone());
+        ocfg.record_headers = record_headers;
+        if a.backend == BackendArg::Litellm {
+            ocfg.record_headers.push("x-litellm-*".into());
+            if !model.contains('/') {
+                notes.push(format!("LiteLLM: model {model:?} has no provider prefix (e.g. openai/gpt-4o); the proxy may route it by alias"));
+            }
+        }
+        ocfg.session_body_field =
+            (a.session_body_field != "none").then(|| a.session_body_field.clone());
+        ocfg.timeouts = timeouts;
+        if let Some(path) = &a.reset_prefix_cache {
+            let url =
+                format!("{}/{}", base_url.trim_end_matches('/'), path.trim_start_matches('/'));
+            let key = a.api_key.clone().filter(|k| !k.is_empty());
+            let insecure = a.insecure;
+            cfg.before_measured = Some(quetta_loadgen::BeforeMeasured(Arc::new(move || {
+                let url = url.clone();
+                let key = key.clone();
+                Box::pin(async move {
+                    quetta_openai::fetch::post_empty(
+                        &url,
+                        key.as_deref(),
+                        insecure,
+                        Duration::from_secs(30),
+                    )
                     .await
-                    .with_context(|| {
-                        format!("no --model given and GET {base_url}/v1/models failed")
-                    })?;
-            models.into_iter().next().context("no --model given and /v1/models lists no model")?
+                    .map(|_| ())
+                    .map_err(|e| format!("--reset-prefix-cache: POST {url} failed: {e}"))
+                })
+            })));
+            notes.push(format!(
+                "the server's prefix cache was reset (POST {path}) before the measured phase"
+            ));
         }
+        let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
+        let backend = match a.backend {
+            BackendArg::Litellm => format!("litellm ({})", engine.name()),
+            _ => engine.name().to_owned(),
+        };
+        let engine: Arc<dyn Engine> = Arc::new(engine);
+        (engine, backend, model)
     };
-    let api = match a.endpoint {
-        Endpoint::Chat => Api::Chat,
-        Endpoint::Completions => Api::Completions,
-    };
-    let mut ocfg = OpenAiConfig::new(&base_url, api, &model);
-    ocfg.api_key = api_key;
-    ocfg.http2 = a.http2;
-    ocfg.insecure = a.insecure;
-    ocfg.ca_cert.clone_from(&a.ca_cert);
-    ocfg.session_header = (a.session_header != "none").then(|| a.session_header.clone());
-    ocfg.record_headers = a.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
-    if a.backend == BackendArg::Litellm {
-        ocfg.record_headers.push("x-litellm-*".into());
-        if !model.contains('/') {
-            notes.push(format!("LiteLLM: model {model:?} has no provider prefix (e.g. openai/gpt-4o); the proxy may route it by alias"));
-        }
-    }
-    ocfg.session_body_field =
-        (a.session_body_field != "none").then(|| a.session_body_field.clone());
-    ocfg.timeouts = Timeouts {
-        connect: a.connect_timeout,
-        first_byte: None,
-        first_token: a.ttft_timeout,
-        idle: a.idle_timeout,
-        total: a.request_timeout,
-    };
-    if let Some(path) = &a.reset_prefix_cache {
-        let url = format!("{}/{}", base_url.trim_end_matches('/'), path.trim_start_matches('/'));
-        let key = a.api_key.clone().filter(|k| !k.is_empty());
-        let insecure = a.insecure;
-        cfg.before_measured = Some(quetta_loadgen::BeforeMeasured(Arc::new(move || {
-            let url = url.clone();
-            let key = key.clone();
-            Box::pin(async move {
-                quetta_openai::fetch::post_empty(
-                    &url,
-                    key.as_deref(),
-                    insecure,
-                    Duration::from_secs(30),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("--reset-prefix-cache: POST {url} failed: {e}"))
-            })
-        })));
-        notes.push(format!(
-            "the server's prefix cache was reset (POST {path}) before the measured phase"
-        ));
-    }
-    let engine = OpenAiEngine::new(ocfg).context("configuring the OpenAI adapter")?;
-    let backend = match a.backend {
-        BackendArg::Litellm => format!("litellm ({})", engine.name()),
-        _ => engine.name().to_owned(),
-    };
-    let engine: Arc<dyn Engine> = Arc::new(engine);
 
     let recorded = Recorded {
         endpoint: a.endpoint,
@@ -1098,7 +1148,7 @@ async fn run(
             Endpoint::Completions => "completions".into(),
         },
         model: model.clone(),
-        embedded_simulator: a.base_url.is_none(),
+        embedded_simulator: a.embedded_simulator(),
     };
     let run_json = serde_json::json!({
         "schema_version": SCHEMA_VERSION,
@@ -1340,7 +1390,7 @@ fn build_summary(
                 Endpoint::Completions => "completions".into(),
             },
             model: model.into(),
-            embedded_simulator: a.base_url.is_none(),
+            embedded_simulator: a.embedded_simulator(),
         },
         planned: o.planned,
         dispatched: o.dispatched,

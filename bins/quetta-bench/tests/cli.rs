@@ -1394,6 +1394,9 @@ fn vision_requests_litellm_headers_and_unsupported_backends() {
     assert!(text(&o).contains("img.txt") && text(&o).contains("not a PNG"), "{}", text(&o));
     let o = run(&["run", "--backend", "sagemaker", "--num-requests", "2"]);
     assert!(!o.status.success());
-    assert!(text(&o).contains("not in this build yet"), "{}", text(&o));
+    assert!(text(&o).contains("--sagemaker-endpoint"), "{}", text(&o));
+    let o = run(&["run", "--backend", "vertex", "--vertex-project", "p", "--num-requests", "2"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("needs --model"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&d);
 }

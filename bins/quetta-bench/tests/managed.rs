@@ -1,0 +1,263 @@
+//! `quetta-bench run --backend sagemaker|vertex` as a user runs it, against the strict local
+//! fakes: credentials from real AWS profile files and a Google key file, requests checked by
+//! the fakes (SigV4, JWT, bearer tokens), and every output searched for the secrets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use quetta_sim::providers::{AwsKey, FakeConfig, GoogleAuth, ProviderFake};
+
+const AWS_SECRET: &str = "canary-aws-secret-0b9f1c2d";
+const AWS_TOKEN: &str = "canary-aws-session-token-77aa";
+const USER_SECRET: &str = "canary-google-client-secret-5e1";
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quetta-managed-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The binary with no AWS or Google settings inherited from the machine.
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quetta-bench"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_")
+            || k.starts_with("GOOGLE_")
+            || k == "CLOUDSDK_CONFIG"
+            || k == "GCE_METADATA_HOST"
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("AWS_EC2_METADATA_DISABLED", "true");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Every file under `dir` (and the console) is free of every canary.
+fn assert_no_secret(dir: &Path, consoles: &[&Output], canaries: &[&str]) {
+    for o in consoles {
+        for c in canaries {
+            assert!(!text(o).contains(c), "{c} leaked into the console output");
+        }
+    }
+    let mut stack = vec![dir.to_owned()];
+    let mut files = 0;
+    while let Some(d) = stack.pop() {
+        for f in std::fs::read_dir(&d).unwrap() {
+            let p = f.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            files += 1;
+            let bytes = std::fs::read(&p).unwrap();
+            for c in canaries {
+                assert!(
+                    !bytes.windows(c.len()).any(|w| w == c.as_bytes()),
+                    "{c} leaked into {}",
+                    p.display()
+                );
+            }
+        }
+    }
+    assert!(files >= 3, "outputs were written: {files}");
+}
+
+fn aws_files(dir: &Path, secret: &str) -> (PathBuf, PathBuf) {
+    let creds = dir.join("credentials");
+    std::fs::write(
+        &creds,
+        format!("[quetta]\naws_access_key_id = AKIDQUETTACLI\naws_secret_access_key = {secret}\naws_session_token = {AWS_TOKEN}\n"),
+    )
+    .unwrap();
+    let config = dir.join("config");
+    std::fs::write(&config, "[profile quetta]\nregion = eu-west-1\n").unwrap();
+    (creds, config)
+}
+
+fn sagemaker_run(fake: &ProviderFake, d: &Path, secret: &str, extra: &[&str]) -> Output {
+    let (creds, config) = aws_files(d, secret);
+    let out = d.join("out");
+    bin()
+        .args([
+            "run",
+            "--backend",
+            "sagemaker",
+            "--sagemaker-endpoint",
+            "llama-ep",
+            "--aws-profile",
+            "quetta",
+        ])
+        .args(["--aws-endpoint-url", &fake.base_url(), "--num-requests", "8", "--concurrency", "2"])
+        .args([
+            "--output-len",
+            "12",
+            "--input-len",
+            "20",
+            "--overwrite",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .args(extra)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &creds)
+        .env("AWS_CONFIG_FILE", &config)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn sagemaker_run_with_profile_credentials_and_no_secret_in_any_output() {
+    let fake = ProviderFake::start(FakeConfig {
+        aws: Some(AwsKey {
+            access_key_id: "AKIDQUETTACLI".into(),
+            secret_access_key: AWS_SECRET.into(),
+            region: "eu-west-1".into(),
+        }),
+        ..FakeConfig::default()
+    })
+    .unwrap();
+    let d = tmpdir("sm");
+    let o = sagemaker_run(&fake, &d, AWS_SECRET, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&d.join("out"));
+    assert_eq!(s["completed"], 8, "{}", text(&o));
+    assert_eq!(s["failed"], 0);
+    assert_eq!(s["target"]["backend"], "sagemaker");
+    assert_eq!(
+        s["output_tokens_total"].as_u64().or(s["tokens"]["output"].as_u64()).unwrap_or(96),
+        96
+    );
+    let recs = fake.records();
+    assert_eq!(
+        recs.iter().filter(|r| r.status == 200).count(),
+        8,
+        "{:?}",
+        recs.iter().map(|r| &r.error).collect::<Vec<_>>()
+    );
+    assert!(recs
+        .iter()
+        .all(|r| r.headers.iter().any(|(k, v)| k == "x-amz-security-token" && v == AWS_TOKEN)));
+    // JumpStart payload, with a report rendered from the run
+    let o2 = sagemaker_run(&fake, &d, AWS_SECRET, &["--sagemaker-payload", "jumpstart"]);
+    assert!(o2.status.success(), "{}", text(&o2));
+    assert_eq!(summary(&d.join("out"))["completed"], 8);
+    let o3 = bin().args(["report", d.join("out").to_str().unwrap()]).output().unwrap();
+    assert!(o3.status.success(), "{}", text(&o3));
+    // A wrong secret: every request is refused by the fake and recorded as an auth error.
+    let o4 = sagemaker_run(&fake, &d, "canary-wrong-secret-3c", &[]);
+    let s = summary(&d.join("out"));
+    assert_eq!(s["failed"], 8, "{}", text(&o4));
+    assert_eq!(s["errors"]["auth"], 8, "{}", s["errors"]);
+    assert_no_secret(
+        &d.join("out"),
+        &[&o, &o2, &o3, &o4],
+        &[AWS_SECRET, AWS_TOKEN, "canary-wrong-secret-3c"],
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/google")
+}
+
+#[test]
+fn vertex_run_with_a_service_account_key_and_no_secret_in_any_output() {
+    let fake = ProviderFake::start(FakeConfig {
+        google: Some(GoogleAuth {
+            public_key_der: std::fs::read(fixtures().join("test-sa-pub.der")).unwrap(),
+            client_email: "cli@quetta-test.iam.gserviceaccount.com".into(),
+            token_lifetime: Duration::from_secs(3600),
+            user: Some(("cid".into(), USER_SECRET.into(), "canary-refresh-token-9d".into())),
+        }),
+        ..FakeConfig::default()
+    })
+    .unwrap();
+    let d = tmpdir("vx");
+    let pem = std::fs::read_to_string(fixtures().join("test-sa-key.pem")).unwrap();
+    let key = d.join("sa.json");
+    std::fs::write(
+        &key,
+        serde_json::json!({"type": "service_account", "private_key": pem, "private_key_id": "k1",
+            "client_email": "cli@quetta-test.iam.gserviceaccount.com", "token_uri": fake.token_url()})
+        .to_string(),
+    )
+    .unwrap();
+    let out = d.join("out");
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut c = bin();
+        c.args([
+            "run",
+            "--backend",
+            "vertex",
+            "--vertex-project",
+            "quetta-test",
+            "--model",
+            "gemini-2.0-flash-001",
+        ])
+        .args([
+            "--vertex-endpoint-url",
+            &fake.base_url(),
+            "--num-requests",
+            "6",
+            "--concurrency",
+            "2",
+        ])
+        .args(["--output-len", "10", "--overwrite", "--output-dir", out.to_str().unwrap()])
+        .args(extra);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let key_s = key.to_str().unwrap().to_owned();
+    let o = run(&[], &[("GOOGLE_APPLICATION_CREDENTIALS", &key_s)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["completed"], 6, "{}", text(&o));
+    assert_eq!(s["target"]["backend"], "vertex-gemini");
+    let o_vision = run(&["--modality", "vision", "--vertex-credentials", &key_s], &[]);
+    assert!(o_vision.status.success(), "{}", text(&o_vision));
+    assert_eq!(summary(&out)["completed"], 6);
+    let bodies: Vec<String> = fake.records().iter().map(|r| r.body.clone()).collect();
+    assert!(bodies.iter().any(|b| b.contains("inlineData")), "images went as inline data");
+    // gcloud user credentials from the well-known file
+    let gdir = d.join("gcloud");
+    std::fs::create_dir_all(&gdir).unwrap();
+    std::fs::write(
+        gdir.join("application_default_credentials.json"),
+        serde_json::json!({"type": "authorized_user", "client_id": "cid", "client_secret": USER_SECRET,
+            "refresh_token": "canary-refresh-token-9d", "token_uri": fake.token_url()})
+        .to_string(),
+    )
+    .unwrap();
+    let o_user = run(&["--vertex-api", "openai"], &[("CLOUDSDK_CONFIG", gdir.to_str().unwrap())]);
+    assert!(o_user.status.success(), "{}", text(&o_user));
+    assert_eq!(summary(&out)["completed"], 6);
+    // A token the fake never issued, given by environment: 401s, recorded as auth errors.
+    let o_bad = run(&[], &[("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.canary-static-token")]);
+    let s = summary(&out);
+    assert_eq!(s["errors"]["auth"], 6, "{}", text(&o_bad));
+    let key_body = pem.lines().nth(3).unwrap().to_owned();
+    assert_no_secret(
+        &out,
+        &[&o, &o_vision, &o_user, &o_bad],
+        &[
+            USER_SECRET,
+            "canary-refresh-token-9d",
+            "ya29.canary-static-token",
+            "ya29.fake-",
+            &key_body,
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
