@@ -147,6 +147,10 @@ fn sagemaker_run_with_profile_credentials_and_no_secret_in_any_output() {
     assert!(recs
         .iter()
         .all(|r| r.headers.iter().any(|(k, v)| k == "x-amz-security-token" && v == AWS_TOKEN)));
+    // Vision through the OpenAI payload: the image parts reach the container.
+    let ov = sagemaker_run(&fake, &d, AWS_SECRET, &["--modality", "vision"]);
+    assert!(ov.status.success(), "{}", text(&ov));
+    assert!(fake.records().iter().rev().take(8).all(|r| r.body.contains("data:image/png;base64,")));
     // JumpStart payload, with a report rendered from the run
     let o2 = sagemaker_run(&fake, &d, AWS_SECRET, &["--sagemaker-payload", "jumpstart"]);
     assert!(o2.status.success(), "{}", text(&o2));
@@ -259,5 +263,81 @@ fn vertex_run_with_a_service_account_key_and_no_secret_in_any_output() {
             &key_body,
         ],
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn sagemaker_credentials_from_a_credential_process_are_refreshed_before_expiry() {
+    // The profile's credential_process prints credentials that expire 4 s later and logs
+    // each call; a 7 s run must never send expired credentials (the fake would still accept
+    // the secret, so the check is the call log: a few refreshes, not one per request).
+    let fake = ProviderFake::start(FakeConfig {
+        aws: Some(AwsKey {
+            access_key_id: "AKIDPROCESS".into(),
+            secret_access_key: AWS_SECRET.into(),
+            region: "us-east-2".into(),
+        }),
+        ..FakeConfig::default()
+    })
+    .unwrap();
+    let d = tmpdir("process");
+    let log = d.join("calls.log");
+    let script = d.join("creds.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho call >> '{}'\nexp=$(date -u -d '+4 seconds' +%Y-%m-%dT%H:%M:%SZ)\nprintf '{{\"Version\": 1, \"AccessKeyId\": \"AKIDPROCESS\", \"SecretAccessKey\": \"{AWS_SECRET}\", \"SessionToken\": \"{AWS_TOKEN}\", \"Expiration\": \"%s\"}}' \"$exp\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = d.join("config");
+    std::fs::write(
+        &config,
+        format!("[profile proc]\nregion = us-east-2\ncredential_process = {}\n", script.display()),
+    )
+    .unwrap();
+    let out = d.join("out");
+    let o = bin()
+        .args([
+            "run",
+            "--backend",
+            "sagemaker",
+            "--sagemaker-endpoint",
+            "ep",
+            "--aws-endpoint-url",
+            &fake.base_url(),
+        ])
+        .args([
+            "--duration",
+            "7s",
+            "--concurrency",
+            "2",
+            "--output-len",
+            "20",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .env("AWS_CONFIG_FILE", &config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", d.join("none"))
+        .env("AWS_PROFILE", "proc")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&out);
+    let calls = std::fs::read_to_string(&log).unwrap().lines().count();
+    eprintln!("{} requests completed, credential_process called {calls} times", s["completed"]);
+    assert_eq!(s["failed"], 0, "{}", text(&o));
+    assert!(s["completed"].as_u64().unwrap() > 50);
+    assert!(
+        (2..=6).contains(&calls),
+        "credential_process called {calls} times in 7 s (expiry every 4 s)"
+    );
+    assert_no_secret(&out, &[&o], &[AWS_SECRET, AWS_TOKEN]);
     let _ = std::fs::remove_dir_all(&d);
 }

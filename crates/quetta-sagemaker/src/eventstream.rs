@@ -184,4 +184,24 @@ mod tests {
         assert_eq!(e.kind(), "protocol", "{e}");
         assert!(e.to_string().contains("bad event-stream frame"), "{e}");
     }
+
+    #[test]
+    fn an_internal_stream_failure_is_a_stream_failure() {
+        let m = Message::new(br#"{"Message":"the stream broke"}"#.to_vec())
+            .add_header(Header::new(":message-type", HeaderValue::String("exception".into())))
+            .add_header(Header::new(
+                ":exception-type",
+                HeaderValue::String("InternalStreamFailure".into()),
+            ));
+        let mut wire = part(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
+        write_message_to(&m, &mut wire).unwrap();
+        let inner =
+            quetta_openai::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
+        let mut d = EventStreamBody::new(Box::new(inner));
+        let mut ev = Vec::new();
+        let e = d.on_data(&wire, &mut |k| ev.push(k)).unwrap_err();
+        assert_eq!(e.kind(), "stream_failure", "{e}");
+        assert!(e.to_string().contains("the stream broke"), "{e}");
+        assert_eq!(ev.iter().filter(|k| k.is_token()).count(), 1);
+    }
 }

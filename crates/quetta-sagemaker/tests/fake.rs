@@ -174,3 +174,20 @@ async fn jumpstart_json_lines_streamed_and_invoke_endpoint() {
     assert!(f.records()[1].path.ends_with("/endpoints/my-endpoint/invocations"));
     let _ = Duration::ZERO;
 }
+
+#[tokio::test]
+async fn aws_error_types_map_to_typed_kinds() {
+    for (code, t, kind) in [
+        (429, "ThrottlingException", "throttled"),
+        (424, "ModelError", "model_error"),
+        (400, "ValidationError", "validation"),
+        (503, "ServiceUnavailable", "http_5xx"),
+    ] {
+        let f = fake(|c| c.sagemaker_error = Some((code, t.into())));
+        let e = engine(&f, SECRET, Payload::OpenAi).await;
+        let ev = collect(&e, req(1, 4, true)).await;
+        let err = error(&ev).expect("an error");
+        assert_eq!(err.kind(), kind, "{t}: {err}");
+        assert!(err.to_string().contains(t) || kind == "http_5xx", "{err}");
+    }
+}

@@ -82,6 +82,9 @@ pub struct FakeConfig {
     pub bad_crc_at: Option<u32>,
     /// Send a `ModelStreamError` exception instead of this token (0-based).
     pub model_stream_error_at: Option<u32>,
+    /// Answer every SageMaker request with this status and `x-amzn-ErrorType` (after the
+    /// signature check), e.g. `(429, "ThrottlingException")`, `(424, "ModelError")`.
+    pub sagemaker_error: Option<(u16, String)>,
 }
 
 impl Default for FakeConfig {
@@ -95,6 +98,7 @@ impl Default for FakeConfig {
             split_every_byte: false,
             bad_crc_at: None,
             model_stream_error_at: None,
+            sagemaker_error: None,
         }
     }
 }
@@ -339,6 +343,22 @@ fn route(
     }
     if let Some(rest) = path.strip_prefix("/endpoints/") {
         check_sigv4(parts, body, sh)?;
+        if let Some((code, t)) = &sh.cfg.sagemaker_error {
+            let msg = match t.as_str() {
+                "ModelError" => {
+                    json!({"OriginalStatusCode": 500, "OriginalMessage": "CUDA out of memory", "message": "Received server error (500) from primary with message \"CUDA out of memory\"."})
+                }
+                _ => json!({"message": format!("simulated {t}")}),
+            };
+            return Err((
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_REQUEST),
+                vec![(
+                    "x-amzn-errortype",
+                    format!("{t}:http://internal.amazon.com/coral/com.amazon.sagemaker/"),
+                )],
+                msg.to_string(),
+            ));
+        }
         let v: Value = serde_json::from_slice(body).map_err(|_| {
             (
                 StatusCode::BAD_REQUEST,

@@ -111,8 +111,9 @@ async fn gemini_sse_timestamps_match_the_fakes_sends_within_1ms_p99() {
     let pem = std::fs::read_to_string(fixtures().join("test-sa-key.pem")).unwrap();
     let e = VertexEngine::new(cfg(&f, VertexApi::Gemini, key_file(&f, &dir, &pem))).await.unwrap();
     assert!(e.credentials_source().contains(EMAIL));
-    // As for the OpenAI adapter's timing test: up to 5 attempts on a shared 2-core VM; a
-    // client that stamps late fails every one.
+    // As for the OpenAI adapter's timing test: each token's client stamp within 1 ms of the
+    // fake's send at p99 (so an ITL, with two stamped ends, within 2 ms); up to 5 attempts on
+    // a shared 2-core VM; a client that stamps late fails every one.
     let mut seen = Vec::new();
     for attempt in 0..5u64 {
         let ev = collect(&e, req(attempt + 1, 500)).await;
@@ -158,7 +159,7 @@ async fn gemini_sse_timestamps_match_the_fakes_sends_within_1ms_p99() {
         let (l, i) = (p99(lag), p99(itl));
         eprintln!("attempt {attempt}: arrival - send p99 {l:.3} ms, |ITL diff| p99 {i:.3} ms, TTFT diff {ttft_diff:.3} ms");
         seen.push((l, i));
-        if l < 1.0 && i < 1.0 {
+        if l < 1.0 && i < 2.0 {
             return;
         }
     }
