@@ -115,7 +115,6 @@ struct Counters {
     started: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
-    truncated: AtomicU64,
 }
 
 /// Shared by every session of one phase.
@@ -278,13 +277,15 @@ impl Phase {
         }
     }
 
+    /// Count a session's end. A session stopped early is not counted here: the truncated
+    /// figure is derived at the end (started − completed − failed), which also covers
+    /// sessions cancelled at the drain timeout that never reach this point.
     fn count_end(&self, step: &Step) {
-        let c = match step {
-            Step::Done => &self.counts.completed,
-            Step::Failed => &self.counts.failed,
-            Step::Stopped | Step::Continue => &self.counts.truncated,
+        match step {
+            Step::Done => self.counts.completed.fetch_add(1, Ordering::Relaxed),
+            Step::Failed => self.counts.failed.fetch_add(1, Ordering::Relaxed),
+            Step::Stopped | Step::Continue => 0,
         };
-        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Run one session to its end; its first turn is intended at `start`.

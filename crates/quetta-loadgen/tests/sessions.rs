@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quetta_engine::{Engine, EngineRequest, Message, Prompt};
+use quetta_engine::{EngineRequest, Message, Prompt};
 use quetta_loadgen::{
     run_sessions, Pacing, RunConfig, RunControl, RunOutcome, SessionConfig, SessionCounts,
     ThinkTime,
@@ -60,6 +60,17 @@ struct Ran {
 }
 
 fn run(sim_cfg: SimConfig, list: Vec<Session>, sc: SessionConfig) -> Ran {
+    run_with(sim_cfg, list, sc, false, |_| {})
+}
+
+/// A run with the sessions (cycled if `cycle`) and a run configuration adjusted by `tweak`.
+fn run_with(
+    sim_cfg: SimConfig,
+    list: Vec<Session>,
+    sc: SessionConfig,
+    cycle: bool,
+    tweak: impl FnOnce(&mut RunConfig),
+) -> Ran {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let sim = Simulator::start(sim_cfg).unwrap();
@@ -70,13 +81,14 @@ fn run(sim_cfg: SimConfig, list: Vec<Session>, sc: SessionConfig) -> Ran {
     let mut cfg = RunConfig::closed(1, 1);
     cfg.num_requests = None;
     cfg.drain_timeout = Duration::from_secs(20);
+    tweak(&mut cfg);
     let (out, counts) = rt
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(60),
                 run_sessions(
                     engine.clone(),
-                    Box::new(SessionList { sessions: list, cycle: false }),
+                    Box::new(SessionList { sessions: list, cycle }),
                     cfg,
                     sc,
                     Some(Box::new(sink.clone())),
@@ -341,33 +353,13 @@ fn interleaved_pacing_is_a_barrier_per_turn() {
 #[test]
 fn warmup_sessions_and_a_duration_cut_sessions_short() {
     let _serial = serial();
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let sim = Simulator::start(fast_sim()).unwrap();
-    let engine: Arc<dyn Engine> =
-        Arc::new(OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap());
-    let sink = VecSink::default();
-    let mut cfg = RunConfig::closed(1, 1);
-    cfg.num_requests = None;
-    cfg.warmup = 2;
-    cfg.duration = Some(Duration::from_millis(400));
     let mut sc = SessionConfig::per_session(2);
     sc.think = ThinkTime::Draw(Draw::Fixed { value: 100.0 });
-    let (out, counts) = rt
-        .block_on(async {
-            run_sessions(
-                engine,
-                Box::new(SessionList { sessions: sessions(4, 20, 4), cycle: true }),
-                cfg,
-                sc,
-                Some(Box::new(sink.clone())),
-                vec![],
-                RunControl::new(),
-            )
-            .await
-        })
-        .unwrap();
-    let recs = sink.0.lock().unwrap().clone();
+    let r = run_with(fast_sim(), sessions(4, 20, 4), sc, true, |cfg| {
+        cfg.warmup = 2;
+        cfg.duration = Some(Duration::from_millis(400));
+    });
+    let (out, counts, recs) = (r.out, r.counts, r.records);
     // 2 warmup sessions of 20 turns ran first and are not in the results
     assert_eq!(out.warmup_completed, 40);
     assert!(recs.iter().all(|x| !matches!(x.session_id.as_deref(), Some("s0" | "s1"))));
