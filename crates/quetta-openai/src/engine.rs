@@ -293,6 +293,7 @@ impl Engine for OpenAiEngine {
             streaming: request.stream,
             timeouts: self.cfg.timeouts,
             record_headers: self.cfg.record_headers.clone(),
+            status_error: None,
         };
         self.transport.stream(built, Box::new(body), &opts)
     }

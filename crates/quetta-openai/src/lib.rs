@@ -18,7 +18,8 @@ pub mod transport;
 pub use connect::ConnectError;
 pub use engine::{join_url, list_models, request_body, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 pub use transport::{
-    BodyDecoder, EventDecoder, Fetched, SseBody, StreamOptions, Transport, TransportConfig,
+    BodyDecoder, ErrorAnswer, EventDecoder, Fetched, SseBody, StatusErrorFn, StreamOptions,
+    Transport, TransportConfig,
 };
 
 /// The adapter could not be configured.

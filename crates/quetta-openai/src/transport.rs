@@ -55,8 +55,38 @@ pub struct Transport {
     client: HttpClient,
 }
 
+/// A non-success answer, for an adapter to name its error.
+#[derive(Debug)]
+pub struct ErrorAnswer<'a> {
+    pub status: u16,
+    pub headers: &'a HeaderMap,
+    /// The start of the body (at most 4 KiB).
+    pub body: &'a [u8],
+    pub retry_after: Option<String>,
+}
+
+impl ErrorAnswer<'_> {
+    /// The generic error: the status and an excerpt of the body.
+    pub fn http_status(&self) -> EngineError {
+        EngineError::HttpStatus {
+            status: self.status,
+            body_excerpt: self.excerpt(),
+            retry_after: self.retry_after.clone(),
+        }
+    }
+
+    /// The body's first 512 bytes as text.
+    pub fn excerpt(&self) -> String {
+        excerpt(String::from_utf8_lossy(self.body).trim(), 512)
+    }
+}
+
+/// Maps a provider's error answers to typed errors (SageMaker's `x-amzn-ErrorType`,
+/// Google's error objects).
+pub type StatusErrorFn = Arc<dyn Fn(&ErrorAnswer<'_>) -> EngineError + Send + Sync>;
+
 /// Per-request settings of [`Transport::stream`].
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct StreamOptions {
     /// Whether the response is a stream of events (else one body decoded at its end).
     pub streaming: bool,
@@ -64,6 +94,19 @@ pub struct StreamOptions {
     /// Response headers to copy into the `Headers` event (lower-case names, or prefixes
     /// ending in `*`).
     pub record_headers: Vec<String>,
+    /// Names the error of a non-success answer (default: [`ErrorAnswer::http_status`]).
+    pub status_error: Option<StatusErrorFn>,
+}
+
+impl std::fmt::Debug for StreamOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamOptions")
+            .field("streaming", &self.streaming)
+            .field("timeouts", &self.timeouts)
+            .field("record_headers", &self.record_headers)
+            .field("status_error", &self.status_error.as_ref().map(|_| "custom"))
+            .finish()
+    }
 }
 
 /// A small, whole response (for token endpoints, metadata servers, model lists).
@@ -131,6 +174,8 @@ impl Transport {
             end: None,
             finished: false,
             record_headers: opts.record_headers.clone(),
+            status_error: opts.status_error.clone(),
+            error_headers: HeaderMap::new(),
         })
     }
 
@@ -181,21 +226,6 @@ pub trait BodyDecoder: Send {
     }
     /// The finish reason, once known.
     fn finish_reason(&self) -> Option<String>;
-    /// The response headers (e.g. to read a content type or an error type).
-    fn on_headers(&mut self, _status: u16, _headers: &HeaderMap) {}
-    /// The error for a non-success status, from (the start of) its body.
-    fn status_error(
-        &mut self,
-        status: u16,
-        body: &[u8],
-        retry_after: Option<String>,
-    ) -> EngineError {
-        EngineError::HttpStatus {
-            status,
-            body_excerpt: excerpt(String::from_utf8_lossy(body).trim(), 512),
-            retry_after,
-        }
-    }
 }
 
 /// Decodes the events of a server-sent-event stream (OpenAI chunks, Gemini responses).
@@ -347,6 +377,9 @@ struct ResponseStream {
     end: Option<TimedEvent>,
     finished: bool,
     record_headers: Vec<String>,
+    status_error: Option<StatusErrorFn>,
+    /// The headers of a non-success answer.
+    error_headers: HeaderMap,
 }
 
 pub(crate) fn connect_error(e: &hyper_util::client::legacy::Error) -> EngineError {
@@ -586,7 +619,9 @@ impl Stream for ResponseStream {
                             .and_then(|v| v.to_str().ok())
                             .map(str::to_owned);
                         this.last_frame = at;
-                        this.body.on_headers(status, resp.headers());
+                        if !(200..300).contains(&status) {
+                            this.error_headers = resp.headers().clone();
+                        }
                         this.emit(at, EventKind::Headers { status, connection, headers });
                         let body = resp.into_body();
                         this.state = if (200..300).contains(&status) {
@@ -667,11 +702,16 @@ impl Stream for ResponseStream {
                         }
                     };
                     if done {
-                        let e = this.body.status_error(
-                            this.status,
-                            &this.body_buf,
-                            this.retry_after.take(),
-                        );
+                        let answer = ErrorAnswer {
+                            status: this.status,
+                            headers: &this.error_headers,
+                            body: &this.body_buf,
+                            retry_after: this.retry_after.take(),
+                        };
+                        let e = match &this.status_error {
+                            Some(f) => f(&answer),
+                            None => answer.http_status(),
+                        };
                         this.fail(Instant::now(), e);
                     }
                 }

@@ -17,6 +17,7 @@
 pub mod eventstream;
 pub mod payload;
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use aws_config::BehaviorVersion;
@@ -26,14 +27,13 @@ use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettin
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
-use quetta_engine::{Engine, EngineError, EngineRequest, EventKind, EventStream, Timeouts};
+use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, Timeouts};
 use quetta_openai::decode::{excerpt, ChunkDecoder};
 use quetta_openai::refresh::{Expiring, Refreshing};
 use quetta_openai::{
-    Api, BodyDecoder, OpenAiConfig, SseBody, StreamOptions, Transport, TransportConfig,
+    Api, BodyDecoder, ErrorAnswer, OpenAiConfig, SseBody, StreamOptions, Transport, TransportConfig,
 };
 use serde_json::Value;
 
@@ -138,6 +138,7 @@ pub struct SageMakerEngine {
     stream_uri: Uri,
     invoke_uri: Uri,
     openai: OpenAiConfig,
+    opts: StreamOptions,
     cfg: SageMakerConfig,
 }
 
@@ -226,7 +227,13 @@ impl SageMakerEngine {
         openai.session_body_field.clone_from(&cfg.session_body_field);
         // The event stream carries the container's whole answer; usage is in its last chunk.
         openai.include_usage = true;
-        Ok(Self { transport, creds, region, stream_uri, invoke_uri, openai, cfg })
+        let opts = StreamOptions {
+            streaming: true,
+            timeouts: cfg.timeouts,
+            record_headers: cfg.record_headers.clone(),
+            status_error: Some(Arc::new(status_error)),
+        };
+        Ok(Self { transport, creds, region, stream_uri, invoke_uri, openai, opts, cfg })
     }
 
     /// The region requests are signed for.
@@ -319,14 +326,8 @@ impl SageMakerEngine {
         } else {
             inner
         };
-        Box::new(AwsErrors { inner: framing, error_type: None })
+        framing
     }
-}
-
-/// Maps SageMaker's error responses (`x-amzn-ErrorType`, JSON `message`) to typed kinds.
-struct AwsErrors {
-    inner: Box<dyn BodyDecoder>,
-    error_type: Option<String>,
 }
 
 /// The error kind for an AWS error type (`ThrottlingException:http://…` → `throttled`).
@@ -353,55 +354,20 @@ pub fn classify(status: u16, error_type: Option<&str>, message: String) -> Engin
     }
 }
 
-impl BodyDecoder for AwsErrors {
-    fn on_data(&mut self, d: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        self.inner.on_data(d, out)
+/// The typed error of a SageMaker error answer: `x-amzn-ErrorType` and the JSON `message`.
+pub fn status_error(a: &ErrorAnswer<'_>) -> EngineError {
+    let v: Option<Value> = serde_json::from_slice(a.body).ok();
+    let msg = v
+        .as_ref()
+        .and_then(|v| v.get("message").or_else(|| v.get("Message")))
+        .and_then(Value::as_str)
+        .map_or_else(|| a.excerpt(), |m| excerpt(m, 512));
+    let t = a.headers.get("x-amzn-errortype").and_then(|v| v.to_str().ok());
+    let mut e = classify(a.status, t, msg);
+    if let EngineError::HttpStatus { retry_after: r, .. } = &mut e {
+        r.clone_from(&a.retry_after);
     }
-    fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        self.inner.on_end(out)
-    }
-    fn decode_full(&mut self, b: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        self.inner.decode_full(b, out)
-    }
-    fn is_done(&self) -> bool {
-        self.inner.is_done()
-    }
-    fn is_complete(&self) -> bool {
-        self.inner.is_complete()
-    }
-    fn finish_reason(&self) -> Option<String> {
-        self.inner.finish_reason()
-    }
-    fn on_headers(&mut self, status: u16, headers: &HeaderMap) {
-        if status >= 300 {
-            self.error_type = headers
-                .get("x-amzn-errortype")
-                .and_then(|v: &HeaderValue| v.to_str().ok())
-                .map(str::to_owned);
-        }
-        let _ = headers.get(CONTENT_TYPE);
-    }
-    fn status_error(
-        &mut self,
-        status: u16,
-        body: &[u8],
-        retry_after: Option<String>,
-    ) -> EngineError {
-        let v: Option<Value> = serde_json::from_slice(body).ok();
-        let msg = v
-            .as_ref()
-            .and_then(|v| v.get("message").or_else(|| v.get("Message")))
-            .and_then(Value::as_str)
-            .map_or_else(
-                || excerpt(String::from_utf8_lossy(body).trim(), 512),
-                |m| excerpt(m, 512),
-            );
-        let mut e = classify(status, self.error_type.as_deref(), msg);
-        if let EngineError::HttpStatus { retry_after: r, .. } = &mut e {
-            *r = retry_after;
-        }
-        e
-    }
+    e
 }
 
 impl Engine for SageMakerEngine {
@@ -411,11 +377,7 @@ impl Engine for SageMakerEngine {
 
     fn send(&self, request: EngineRequest) -> EventStream {
         let built = self.build(&request);
-        let opts = StreamOptions {
-            streaming: request.stream,
-            timeouts: self.cfg.timeouts,
-            record_headers: self.cfg.record_headers.clone(),
-        };
+        let opts = StreamOptions { streaming: request.stream, ..self.opts.clone() };
         self.transport.stream(built, self.decoder(&request), &opts)
     }
 }

@@ -18,16 +18,16 @@ pub mod gemini;
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 use quetta_engine::{
     Delta, Engine, EngineError, EngineRequest, EventKind, EventStream, Message, Prompt, Timeouts,
 };
-use quetta_openai::decode::{excerpt, ChunkDecoder};
+use quetta_openai::decode::ChunkDecoder;
 use quetta_openai::refresh::Refreshing;
 use quetta_openai::{
-    Api, BodyDecoder, OpenAiConfig, SseBody, StreamOptions, Transport, TransportConfig,
+    Api, BodyDecoder, ErrorAnswer, OpenAiConfig, SseBody, StreamOptions, Transport, TransportConfig,
 };
 use serde_json::{json, Value};
 
@@ -112,6 +112,7 @@ pub struct VertexEngine {
     stream_uri: Uri,
     full_uri: Uri,
     openai: OpenAiConfig,
+    opts: StreamOptions,
     cfg: VertexConfig,
     source: String,
 }
@@ -186,7 +187,14 @@ impl VertexEngine {
         };
         let mut openai = OpenAiConfig::new(base, Api::Chat, cfg.model.clone());
         openai.session_body_field = None;
+        let opts = StreamOptions {
+            streaming: true,
+            timeouts: cfg.timeouts,
+            record_headers: cfg.record_headers.clone(),
+            status_error: Some(std::sync::Arc::new(status_error)),
+        };
         Ok(Self {
+            opts,
             transport,
             token,
             stream_uri: parse(stream)?,
@@ -274,7 +282,7 @@ impl VertexEngine {
             )),
             VertexApi::Predict => Box::new(Predictions { capture: req.capture_text }),
         };
-        Box::new(GoogleErrors { inner })
+        inner
     }
 }
 
@@ -321,60 +329,23 @@ impl BodyDecoder for Predictions {
     }
 }
 
-/// Maps Google's error answers (`{"error": {"code", "message", "status"}}`) to typed kinds.
-struct GoogleErrors {
-    inner: Box<dyn BodyDecoder>,
-}
-
-impl BodyDecoder for GoogleErrors {
-    fn on_data(&mut self, d: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        self.inner.on_data(d, out)
-    }
-    fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        self.inner.on_end(out)
-    }
-    fn decode_full(&mut self, b: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        self.inner.decode_full(b, out)
-    }
-    fn is_done(&self) -> bool {
-        self.inner.is_done()
-    }
-    fn is_complete(&self) -> bool {
-        self.inner.is_complete()
-    }
-    fn finish_reason(&self) -> Option<String> {
-        self.inner.finish_reason()
-    }
-    fn on_headers(&mut self, status: u16, headers: &HeaderMap) {
-        self.inner.on_headers(status, headers);
-    }
-    fn status_error(
-        &mut self,
-        status: u16,
-        body: &[u8],
-        retry_after: Option<String>,
-    ) -> EngineError {
-        let v: Option<Value> = serde_json::from_slice(body).ok();
-        // Errors come as an object, or (streamGenerateContent without alt=sse) a list of them.
-        let e = v.as_ref().and_then(|v| v.get("error").or_else(|| v.pointer("/0/error")));
-        match e {
-            Some(e) => {
-                let mut err = gemini::google_error(e, status);
-                if let EngineError::HttpStatus { retry_after: r, .. } = &mut err {
-                    *r = retry_after;
-                }
-                err
+/// The typed error of a Google error answer (`{"error": {"code", "message", "status"}}`, or
+/// a list of them as `streamGenerateContent` without SSE sends).
+pub fn status_error(a: &ErrorAnswer<'_>) -> EngineError {
+    let v: Option<Value> = serde_json::from_slice(a.body).ok();
+    match v.as_ref().and_then(|v| v.get("error").or_else(|| v.pointer("/0/error"))) {
+        Some(e) => {
+            let mut err = gemini::google_error(e, a.status);
+            if let EngineError::HttpStatus { retry_after: r, .. } = &mut err {
+                r.clone_from(&a.retry_after);
             }
-            None => match status {
-                401 | 403 => EngineError::Auth(excerpt(String::from_utf8_lossy(body).trim(), 512)),
-                429 => EngineError::Throttled(excerpt(String::from_utf8_lossy(body).trim(), 512)),
-                _ => EngineError::HttpStatus {
-                    status,
-                    body_excerpt: excerpt(String::from_utf8_lossy(body).trim(), 512),
-                    retry_after,
-                },
-            },
+            err
         }
+        None => match a.status {
+            401 | 403 => EngineError::Auth(a.excerpt()),
+            429 => EngineError::Throttled(a.excerpt()),
+            _ => a.http_status(),
+        },
     }
 }
 
@@ -392,11 +363,7 @@ impl Engine for VertexEngine {
             request.stream = false;
         }
         let built = self.build(&request);
-        let opts = StreamOptions {
-            streaming: request.stream,
-            timeouts: self.cfg.timeouts,
-            record_headers: self.cfg.record_headers.clone(),
-        };
+        let opts = StreamOptions { streaming: request.stream, ..self.opts.clone() };
         self.transport.stream(built, self.decoder(&request), &opts)
     }
 }
