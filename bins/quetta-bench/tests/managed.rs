@@ -341,3 +341,70 @@ fn sagemaker_credentials_from_a_credential_process_are_refreshed_before_expiry()
     assert_no_secret(&out, &[&o], &[AWS_SECRET, AWS_TOKEN]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn sagemaker_credentials_from_the_container_endpoint_and_instance_metadata() {
+    // The rest of the standard chain, served by the fake on 127.0.0.1: ECS/EKS container
+    // credentials (refreshed: they expire every 3 s in a 5 s run), then IMDSv2.
+    let fake = ProviderFake::start(FakeConfig {
+        aws: Some(AwsKey {
+            access_key_id: "AKIDCHAIN".into(),
+            secret_access_key: AWS_SECRET.into(),
+            region: "ap-south-1".into(),
+        }),
+        aws_credentials_lifetime: Duration::from_secs(3),
+        ..FakeConfig::default()
+    })
+    .unwrap();
+    let d = tmpdir("chain");
+    let out = d.join("out");
+    let base = |c: &mut Command| {
+        c.args([
+            "run",
+            "--backend",
+            "sagemaker",
+            "--sagemaker-endpoint",
+            "ep",
+            "--aws-endpoint-url",
+            &fake.base_url(),
+        ])
+        .args([
+            "--concurrency",
+            "2",
+            "--output-len",
+            "10",
+            "--overwrite",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ])
+        .env("AWS_REGION", "ap-south-1")
+        .env("AWS_CONFIG_FILE", d.join("none"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", d.join("none"));
+    };
+    let mut c = bin();
+    base(&mut c);
+    let o = c
+        .args(["--duration", "5s"])
+        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("{}/ecs-credentials", fake.base_url()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&out);
+    assert_eq!(s["failed"], 0, "{}", text(&o));
+    let container = fake.issued().iter().filter(|i| i.grant == "container").count();
+    eprintln!("{} requests, container credentials fetched {container} times", s["completed"]);
+    assert!((2..=4).contains(&container), "{container} fetches in 5 s with a 3 s lifetime");
+    let mut c = bin();
+    base(&mut c);
+    let o2 = c
+        .args(["--num-requests", "5"])
+        .env("AWS_EC2_METADATA_DISABLED", "false")
+        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", fake.base_url())
+        .output()
+        .unwrap();
+    assert!(o2.status.success(), "{}", text(&o2));
+    assert_eq!(summary(&out)["completed"], 5, "{}", text(&o2));
+    assert!(fake.issued().iter().any(|i| i.grant == "imds"));
+    assert_no_secret(&out, &[&o, &o2], &[AWS_SECRET, "fake-session-", "imds-session-token"]);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -142,6 +142,22 @@ pub struct SageMakerEngine {
     cfg: SageMakerConfig,
 }
 
+/// An error and its sources, by their `Display` only: the SDK's `Debug` output includes raw
+/// responses (an IMDS session token, a credentials body), which must not reach a log.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let m = x.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        src = x.source();
+    }
+    s
+}
+
 /// Loads the region and a credentials provider from the standard chain. The chain's own
 /// HTTP calls (STS, SSO, metadata) use rustls with the ring provider, the same as the rest
 /// of Quetta.
@@ -186,9 +202,7 @@ impl SageMakerEngine {
                 let creds = Refreshing::start(move || {
                     let p = provider.clone();
                     async move {
-                        let c = p.provide_credentials().await.map_err(|e| {
-                            aws_smithy_types::error::display::DisplayErrorContext(e).to_string()
-                        })?;
+                        let c = p.provide_credentials().await.map_err(|e| error_chain(&e))?;
                         Ok(Expiring { expires: c.expiry(), value: c })
                     }
                 })

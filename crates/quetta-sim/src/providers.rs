@@ -85,6 +85,8 @@ pub struct FakeConfig {
     /// Answer every SageMaker request with this status and `x-amzn-ErrorType` (after the
     /// signature check), e.g. `(429, "ThrottlingException")`, `(424, "ModelError")`.
     pub sagemaker_error: Option<(u16, String)>,
+    /// Lifetime of AWS credentials issued by the container and IMDS routes.
+    pub aws_credentials_lifetime: Duration,
 }
 
 impl Default for FakeConfig {
@@ -99,6 +101,7 @@ impl Default for FakeConfig {
             bad_crc_at: None,
             model_stream_error_at: None,
             sagemaker_error: None,
+            aws_credentials_lifetime: Duration::from_secs(3600),
         }
     }
 }
@@ -330,6 +333,9 @@ fn route(
     rec: &mut FakeRecord,
 ) -> Result<Reply, Refusal> {
     let _ = rec;
+    if let Some(r) = aws_credentials(parts, path, sh) {
+        return r;
+    }
     if parts.method == Method::POST && path == "/token" {
         return token(body, sh).map(|r| Reply::Done(Box::new(r)));
     }
@@ -399,6 +405,78 @@ fn google_error(code: u16, status: &str, msg: &str) -> Refusal {
         vec![],
         json!({"error": {"code": code, "message": msg, "status": status}}).to_string(),
     )
+}
+
+// ---------------------------------------------------------------- AWS credential sources
+
+/// Container credentials (`AWS_CONTAINER_CREDENTIALS_FULL_URI` → `/ecs-credentials`) and the
+/// instance metadata service (IMDSv2: a session token, the role name, the role's
+/// credentials), both issuing the configured key with an expiry `token_lifetime` from now
+/// (the Google lifetime if set, else an hour). Each issue is counted in [`ProviderFake::issued`].
+fn aws_credentials(
+    parts: &http::request::Parts,
+    path: &str,
+    sh: &Shared,
+) -> Option<Result<Reply, Refusal>> {
+    let key = sh.cfg.aws.as_ref()?;
+    let creds = |grant: &str| {
+        let life = sh.cfg.aws_credentials_lifetime;
+        let now = SystemTime::now();
+        let exp = now + life;
+        let mut t = sh.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = t.len() + 1;
+        t.insert(
+            format!("aws-{grant}-{n}"),
+            Issued { issued: now, expires: exp, grant: grant.to_owned() },
+        );
+        let secs = exp.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        json!({"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": key.access_key_id, "SecretAccessKey": key.secret_access_key,
+               "Token": format!("fake-session-{n}"), "Expiration": rfc3339(secs)})
+    };
+    let ok = |v: Value| {
+        Ok(Reply::Done(Box::new(full(StatusCode::OK, "application/json", v.to_string()))))
+    };
+    match (&parts.method, path) {
+        (&Method::GET, "/ecs-credentials") => Some(ok(creds("container"))),
+        (&Method::PUT, "/latest/api/token") => {
+            let mut r = full(StatusCode::OK, "text/plain", "imds-session-token");
+            r.headers_mut()
+                .insert("x-aws-ec2-metadata-token-ttl-seconds", "21600".parse().expect("static"));
+            Some(Ok(Reply::Done(Box::new(r))))
+        }
+        (&Method::GET, p) if p.starts_with("/latest/meta-data/iam/security-credentials") => {
+            if parts.headers.get("x-aws-ec2-metadata-token").and_then(|v| v.to_str().ok())
+                != Some("imds-session-token")
+            {
+                return Some(Err((StatusCode::UNAUTHORIZED, vec![], String::new())));
+            }
+            let role = p
+                .trim_start_matches("/latest/meta-data/iam/security-credentials")
+                .trim_matches('/');
+            if role.is_empty() {
+                Some(Ok(Reply::Done(Box::new(full(StatusCode::OK, "text/plain", "quetta-role")))))
+            } else {
+                Some(ok(creds("imds")))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (civil-from-days, UTC).
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 // ---------------------------------------------------------------- SigV4 (independent)
