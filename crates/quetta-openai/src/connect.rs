@@ -124,6 +124,10 @@ fn wall_clock() -> Duration {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
 }
 
+/// The most one `recvmsg` reads (and so zeroes beforehand).
+#[cfg(target_os = "linux")]
+const MAX_READ: usize = 16 << 10;
+
 /// The longest time bytes are taken to have waited in the socket buffer; a larger gap
 /// between the kernel's (wall-clock) stamp and now is treated as a clock step.
 const MAX_SOCKET_WAIT: Duration = Duration::from_secs(5);
@@ -172,7 +176,11 @@ impl StampedTcp {
         loop {
             std::task::ready!(self.tcp.poll_read_ready(cx))?;
             let fd = self.tcp.as_raw_fd();
-            let unfilled = buf.initialize_unfilled();
+            // `recvmsg` needs initialised memory, and hyper lends a fresh uninitialised buffer
+            // (up to its adaptive size, 64 KiB and more) each call: zero at most 16 KiB per
+            // read rather than the whole of it. SSE chunks are far smaller.
+            let want = buf.remaining().min(MAX_READ);
+            let unfilled = buf.initialize_unfilled_to(want);
             let cmsg = &mut self.cmsg;
             let r = self.tcp.try_io(tokio::io::Interest::READABLE, || {
                 let mut iov = [io::IoSliceMut::new(unfilled)];
