@@ -31,8 +31,6 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::time::Sleep;
 
@@ -181,29 +179,15 @@ impl ProviderFake {
             tokens: Mutex::new(HashMap::new()),
             base: Mutex::new(format!("http://{addr}")),
         });
-        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let sh2 = sh.clone();
         let thread = std::thread::Builder::new()
             .name("quetta-fake-main".into())
             .spawn(move || {
                 rt.block_on(async move {
                     let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    loop {
-                        let accepted = tokio::select! {
-                            a = listener.accept() => a,
-                            _ = &mut rx => return,
-                        };
-                        let Ok((stream, _)) = accepted else { continue };
-                        let _ = stream.set_nodelay(true);
-                        let sh = sh2.clone();
-                        let builder = builder.clone();
-                        tokio::spawn(async move {
-                            let svc = service_fn(move |req| handle(req, sh.clone()));
-                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-                        });
-                    }
+                    crate::server::accept_loop(listener, rx, move |req| handle(req, sh2.clone()))
+                        .await;
                 });
             })
             .map_err(SimError::Runtime)?;

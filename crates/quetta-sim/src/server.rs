@@ -26,8 +26,23 @@ type Body = Either<Full<Bytes>, SimStream>;
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     sh: Arc<Shared>,
-    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+    shutdown: tokio::sync::oneshot::Receiver<()>,
 ) {
+    accept_loop(listener, shutdown, move |req| handle(req, sh.clone())).await;
+}
+
+/// Serve HTTP/1.1 and HTTP/2 connections with `handle` until `shutdown` fires (shared by the
+/// simulator and the provider fakes).
+pub(crate) async fn accept_loop<F, Fut, B>(
+    listener: tokio::net::TcpListener,
+    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+    handle: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<B>, std::io::Error>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     loop {
         let accepted = tokio::select! {
@@ -36,11 +51,10 @@ pub(crate) async fn serve(
         };
         let Ok((stream, _)) = accepted else { continue };
         let _ = stream.set_nodelay(true);
-        let sh = sh.clone();
         let builder = builder.clone();
+        let handle = handle.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| handle(req, sh.clone()));
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            let _ = builder.serve_connection(TokioIo::new(stream), service_fn(handle)).await;
         });
     }
 }
