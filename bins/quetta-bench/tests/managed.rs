@@ -73,6 +73,20 @@ fn assert_no_secret(dir: &Path, consoles: &[&Output], canaries: &[&str]) {
     assert!(files >= 3, "outputs were written: {files}");
 }
 
+/// A SageMaker fake that accepts `akid` with the test secret in `region`.
+fn aws_fake(akid: &str, region: &str, f: impl FnOnce(&mut FakeConfig)) -> ProviderFake {
+    let mut c = FakeConfig {
+        aws: Some(AwsKey {
+            access_key_id: akid.into(),
+            secret_access_key: AWS_SECRET.into(),
+            region: region.into(),
+        }),
+        ..FakeConfig::default()
+    };
+    f(&mut c);
+    ProviderFake::start(c).unwrap()
+}
+
 fn aws_files(dir: &Path, secret: &str) -> (PathBuf, PathBuf) {
     let creds = dir.join("credentials");
     std::fs::write(
@@ -117,15 +131,7 @@ fn sagemaker_run(fake: &ProviderFake, d: &Path, secret: &str, extra: &[&str]) ->
 
 #[test]
 fn sagemaker_run_with_profile_credentials_and_no_secret_in_any_output() {
-    let fake = ProviderFake::start(FakeConfig {
-        aws: Some(AwsKey {
-            access_key_id: "AKIDQUETTACLI".into(),
-            secret_access_key: AWS_SECRET.into(),
-            region: "eu-west-1".into(),
-        }),
-        ..FakeConfig::default()
-    })
-    .unwrap();
+    let fake = aws_fake("AKIDQUETTACLI", "eu-west-1", |_| {});
     let d = tmpdir("sm");
     let o = sagemaker_run(&fake, &d, AWS_SECRET, &[]);
     assert!(o.status.success(), "{}", text(&o));
@@ -271,15 +277,7 @@ fn sagemaker_credentials_from_a_credential_process_are_refreshed_before_expiry()
     // The profile's credential_process prints credentials that expire 4 s later and logs
     // each call; a 7 s run must never send expired credentials (the fake would still accept
     // the secret, so the check is the call log: a few refreshes, not one per request).
-    let fake = ProviderFake::start(FakeConfig {
-        aws: Some(AwsKey {
-            access_key_id: "AKIDPROCESS".into(),
-            secret_access_key: AWS_SECRET.into(),
-            region: "us-east-2".into(),
-        }),
-        ..FakeConfig::default()
-    })
-    .unwrap();
+    let fake = aws_fake("AKIDPROCESS", "us-east-2", |_| {});
     let d = tmpdir("process");
     let log = d.join("calls.log");
     let script = d.join("creds.sh");
@@ -346,16 +344,9 @@ fn sagemaker_credentials_from_a_credential_process_are_refreshed_before_expiry()
 fn sagemaker_credentials_from_the_container_endpoint_and_instance_metadata() {
     // The rest of the standard chain, served by the fake on 127.0.0.1: ECS/EKS container
     // credentials (refreshed: they expire every 3 s in a 5 s run), then IMDSv2.
-    let fake = ProviderFake::start(FakeConfig {
-        aws: Some(AwsKey {
-            access_key_id: "AKIDCHAIN".into(),
-            secret_access_key: AWS_SECRET.into(),
-            region: "ap-south-1".into(),
-        }),
-        aws_credentials_lifetime: Duration::from_secs(3),
-        ..FakeConfig::default()
-    })
-    .unwrap();
+    let fake = aws_fake("AKIDCHAIN", "ap-south-1", |c| {
+        c.aws_credentials_lifetime = Duration::from_secs(3);
+    });
     let d = tmpdir("chain");
     let out = d.join("out");
     let base = |c: &mut Command| {
