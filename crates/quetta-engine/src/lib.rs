@@ -216,6 +216,10 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum EventKind {
+    /// The request's first byte was handed to the kernel (the write syscall that carried it
+    /// began at `at`). Optional: an adapter that cannot see its socket omits it, and the
+    /// caller's own send stamp stands. When present it comes before `Headers`.
+    RequestWritten,
     /// Response headers arrived.
     Headers { status: u16, connection: ConnectionInfo, headers: Vec<(String, String)> },
     /// The first body byte arrived.

@@ -62,6 +62,9 @@ pub async fn observe(
                 o.connection = Some(connection);
                 o.response_headers = headers;
             }
+            // The adapter saw the request's first byte leave: that, not the handover, is the
+            // send (docs/METRICS.md).
+            EventKind::RequestWritten => o.sent = Some(off(ev.at)),
             EventKind::FirstByte => o.first_byte = Some(off(ev.at)),
             kind @ (EventKind::Content(_) | EventKind::Reasoning(_) | EventKind::ToolCall(_)) => {
                 o.token_chunks += 1;

@@ -43,17 +43,15 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
 
-/// Per request: client TTFT and ITL against the simulator's own record of the same request.
+/// Per request: client TTFT and ITL against the simulator's own record of the same request;
+/// the issue's bound, p99 of the absolute difference under 1 ms, at concurrency 1, 64 and 512.
 ///
-/// The issue asks for a p99 difference under 1 ms at concurrency 1, 64 and 512. On the 2-core
-/// machine this project is developed and tested on, with the simulator in the same process:
-/// with kernel receive stamps, ITL and each chunk's stamp hold it at 1 and 64 (asserted), and
-/// TTFT at 1; TTFT at 64 and 512 and ITL at 512 do not (see docs/PERFORMANCE.md): TTFT counts
-/// from `sent`, before the client's connection task writes the request, and the simulator
-/// stamps its arrival only when its runtime reaches the request, so both sides' CPU queues
-/// under a burst are inside the difference; at 512 streams the client cannot read every
-/// socket before the next chunk lands in it, and one read then carries two chunks, stamped
-/// with the newer one's arrival. The bounds above 1 ms are regression guards, not the target.
+/// Both sides read the kernel's clocks (quetta-net): the client's TTFT counts from the start
+/// of the write that carried the request's first byte and ends at the kernel's receive stamp
+/// of the first token; the simulator's counts from the receive stamp of the request's last
+/// byte to the moment it handed the first token to hyper. So neither side's CPU queue (two
+/// cores shared by client and simulator, 512 streams) is inside the difference, only the
+/// loopback transit and the clocks' reading error.
 #[test]
 fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -61,12 +59,15 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     //  (concurrency, requests, output tokens, p99 bound TTFT, p99 bound ITL, p50 bound ITL)
     for (conc, n, out, ttft_bound, itl_bound, itl_median) in [
         (1usize, 20u64, 40u32, 1.0, 1.0, 0.5),
-        (64, 256, 30, 10.0, 1.0, 0.5),
-        (512, 1024, 20, 60.0, 25.0, 1.0),
+        (64, 256, 30, 1.0, 1.0, 0.5),
+        (512, 1024, 20, 1.0, 1.0, 0.5),
     ] {
-        // Up to 3 attempts per row (a shared VM can be preempted for a millisecond or more);
-        // every attempt is printed, and the structural checks are hard in every attempt.
-        for attempt in 1..=3 {
+        // Up to 3 attempts per row, 5 at 512 streams (a shared VM can be preempted for a
+        // millisecond or more, and 512 streams of 100 chunks/s with the simulator beside them
+        // load both cores); every attempt is printed, and the structural checks are hard in
+        // every attempt.
+        let attempts = if conc >= 512 { 5 } else { 3 };
+        for attempt in 1..=attempts {
             let sim = Simulator::start(SimConfig {
                 ttft: Duration::from_millis(50),
                 itl: Duration::from_millis(10),
@@ -122,6 +123,7 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
                 }
                 assert_eq!(r.output_tokens, Some(u64::from(out)));
             }
+            let late = lag.iter().filter(|x| **x > 1.0).count();
             let (t, i, l) = (p(ttft_d.clone(), 0.99), p(itl_d.clone(), 0.99), p(lag.clone(), 0.99));
             eprintln!(
             "concurrency {conc} (attempt {attempt}): |TTFT client-server| p50 {:.3} p99 {t:.3} ms; |ITL client-server| p50 {:.3} p99 {i:.3} ms; chunk stamp lag p50 {:.3} p99 {l:.3} ms",
@@ -136,16 +138,17 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             early.sort_by(f64::total_cmp);
             let worst_early = early.last().copied().unwrap_or(0.0);
             eprintln!(
-                "  stamps before the server's send: {} of {}, at most {worst_early:.4} ms early",
+                "  stamps before the server's send: {} of {}, at most {worst_early:.4} ms early; more than 1 ms late: {}",
                 early.len(),
-                itl_d.len() + recs.len()
+                itl_d.len() + recs.len(),
+                late
             );
             assert!(worst_early < 0.05, "a client stamp {worst_early} ms before the server's send");
             let m = p(itl_d, 0.5);
             if m < itl_median && t < ttft_bound && i < itl_bound {
                 break;
             }
-            assert!(attempt < 3, "concurrency {conc}: missed the bounds in 3 attempts (TTFT p99 {t} < {ttft_bound}, ITL p99 {i} < {itl_bound}, ITL p50 {m} < {itl_median})");
+            assert!(attempt < attempts, "concurrency {conc}: missed the bounds in {attempts} attempts (TTFT p99 {t} < {ttft_bound}, ITL p99 {i} < {itl_bound}, ITL p50 {m} < {itl_median})");
         }
     }
 }
@@ -293,7 +296,8 @@ fn duration_stop_warmup_and_ctrl_c() {
     assert!(recs.iter().all(|r| r.id >= 8), "warmup ids are not recorded");
     assert_eq!(recs.len() as u64, o.dispatched);
     assert!(o.dispatched > 20);
-    assert!(recs.iter().all(|r| r.sent_offset_ms.unwrap() < 500.0));
+    // no request is released after the duration (its bytes may leave a few µs later)
+    assert!(recs.iter().all(|r| r.started_offset_ms < 500.0));
     // a stop mid-run: no new sends, requests in flight drain, all accounted for
     let control = RunControl::new();
     let c2 = control.clone();

@@ -120,6 +120,7 @@ pub struct Fetched {
 impl Transport {
     /// Build a client. Fails on an unreadable CA file.
     pub fn new(cfg: &TransportConfig) -> Result<Self, BuildError> {
+        quetta_net::prepare();
         let tls = crate::tls::client_config(cfg.insecure, cfg.ca_cert.as_deref(), true)?;
         let connector = TimedConnector {
             tls: Some(tokio_rustls::TlsConnector::from(Arc::new(tls))),
@@ -618,7 +619,16 @@ impl Stream for ResponseStream {
                         if resp.version() != http::Version::HTTP_2 {
                             this.arrivals = resp.extensions().get::<ConnMeta>().cloned();
                         }
-                        this.last_stamp = this.sent;
+                        // HTTP/1.1 carries one request at a time, so the connection's last
+                        // write run is this request: its first byte left for the kernel then
+                        // (after connect, TLS and the client's own I/O task). A stale retry
+                        // keeps the first attempt's send (both attempts are its latency).
+                        let written = this
+                            .arrivals
+                            .as_ref()
+                            .and_then(ConnMeta::write_start)
+                            .filter(|w| !this.retried_stale && *w >= this.sent && *w <= now);
+                        this.last_stamp = written.unwrap_or(this.sent);
                         // The headers arrived with the last read too; every later event is
                         // stamped no earlier than they are.
                         let at = this.arrival_stamp(now);
@@ -652,6 +662,9 @@ impl Stream for ResponseStream {
                         this.last_frame = now;
                         if !(200..300).contains(&status) {
                             this.error_headers = resp.headers().clone();
+                        }
+                        if let Some(w) = written {
+                            this.emit(w, EventKind::RequestWritten);
                         }
                         this.emit(at, EventKind::Headers { status, connection, headers });
                         let body = resp.into_body();

@@ -228,6 +228,7 @@ async fn request_on_a_stale_pooled_connection_is_resent_once_and_marked() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let second = collect(&e, EngineRequest::new(2, Prompt::Text("x".into()))).await;
     assert!(matches!(second.last().unwrap().kind, EventKind::End { .. }), "{second:?}");
+    // no RequestWritten: a resent request keeps the first attempt's send
     let EventKind::Headers { connection, .. } = &second[0].kind else { panic!("{second:?}") };
     assert!(connection.retried_stale, "the resend is marked");
     assert!(!connection.reused && connection.connect.is_some(), "the resend used a new connection");

@@ -38,7 +38,8 @@ async fn chat_and_completions_against_real_llama_cpp() {
     req.capture_text = true;
     req.sampling.seed = Some(1);
     let ev = collect(&chat, req).await;
-    assert!(matches!(ev[0].kind, EventKind::Headers { status: 200, .. }), "{:?}", ev[0]);
+    assert!(matches!(ev[0].kind, EventKind::RequestWritten), "{:?}", ev[0]);
+    assert!(matches!(ev[1].kind, EventKind::Headers { status: 200, .. }), "{:?}", ev[1]);
     assert!(
         matches!(ev.last().unwrap().kind, EventKind::End { streamed: true, .. }),
         "{:?}",

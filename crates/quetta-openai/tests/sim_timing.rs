@@ -107,7 +107,7 @@ async fn connections_are_pooled_and_reuse_is_reported() {
         let mut req = EngineRequest::new(i, Prompt::Text("hi".into()));
         req.max_tokens = Some(4);
         let events = collect(&engine, req).await;
-        let EventKind::Headers { connection, .. } = &events[0].kind else { panic!() };
+        let connection = common::connection_of(&events);
         reused.push((connection.reused, connection.connect.is_some()));
     }
     assert_eq!(reused, vec![(false, true), (true, false), (true, false)]);

@@ -6,13 +6,15 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::collect;
 use quetta_engine::{EngineRequest, EventKind, Prompt};
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const HANDSHAKE_DELAY: Duration = Duration::from_millis(100);
 
 struct Tls {
     port: u16,
@@ -53,6 +55,8 @@ fn start_tls_server() -> Tls {
                 let Ok((s, _)) = l.accept().await else { return };
                 let acc = acceptor.clone();
                 tokio::spawn(async move {
+                    // A slow handshake: the request can only leave after it.
+                    tokio::time::sleep(HANDSHAKE_DELAY).await;
                     let Ok(mut tls) = acc.accept(s).await else { return };
                     let mut buf = vec![0u8; 8192];
                     let mut got = Vec::new();
@@ -99,11 +103,19 @@ async fn https_verifies_certificates_and_times_tls_apart() {
     std::fs::write(&ca, &srv.ca_pem).unwrap();
     let mut cfg = OpenAiConfig::new(&url, Api::Chat, "m");
     cfg.ca_cert = Some(ca.clone());
+    let t0 = Instant::now();
     let ev = ask(cfg).await;
     assert!(matches!(ev.last().unwrap().kind, EventKind::End { .. }), "{:?}", ev.last());
-    let EventKind::Headers { connection, .. } = &ev[0].kind else { panic!() };
+    let connection = common::connection_of(&ev);
     assert!(connection.connect.is_some() && connection.tls.is_some(), "{connection:?}");
-    assert!(connection.tls.unwrap() > Duration::ZERO);
+    assert!(connection.tls.unwrap() >= HANDSHAKE_DELAY, "{connection:?}");
+    // `sent` is the request's write, after the handshake (which is in `tls`), so the time to
+    // the response does not include it
+    let at = |want: fn(&EventKind) -> bool| ev.iter().find(|e| want(&e.kind)).unwrap().at;
+    let written = at(|k| matches!(k, EventKind::RequestWritten));
+    let headers = at(|k| matches!(k, EventKind::Headers { .. }));
+    assert!(written >= t0 + HANDSHAKE_DELAY, "the request left before the handshake ended");
+    assert!(headers >= written && headers - written < HANDSHAKE_DELAY, "{:?}", headers - written);
     // insecure: no verification
     let mut cfg = OpenAiConfig::new(&url, Api::Chat, "m");
     cfg.insecure = true;

@@ -116,8 +116,11 @@ async fn transcripts_over_a_real_socket_match_the_manifest() {
         let mut req = EngineRequest::new(1, Prompt::Text("hi".into()));
         req.capture_text = true;
         let events = collect(&engine, req).await;
-        assert!(matches!(events[0].kind, EventKind::Headers { status: 200, .. }), "{}", e.file);
-        assert!(matches!(events[1].kind, EventKind::FirstByte), "{}", e.file);
+        // the request's write (HTTP/1.1 through the stamping socket), then the response
+        assert!(matches!(events[0].kind, EventKind::RequestWritten), "{}", e.file);
+        assert!(matches!(events[1].kind, EventKind::Headers { status: 200, .. }), "{}", e.file);
+        assert!(matches!(events[2].kind, EventKind::FirstByte), "{}", e.file);
+        assert!(events[0].at <= events[1].at, "{}", e.file);
         assert_eq!(
             counts(&events),
             (e.content, e.reasoning, e.tool_call, e.empty, e.usage),

@@ -140,7 +140,9 @@ pub struct SimRecord {
     /// Prompt tokens served from the prefix cache.
     pub cached_tokens: u64,
     pub completion_tokens: u64,
-    /// The request's headers were parsed and handed to the simulator.
+    /// The request's last byte arrived: over HTTP/1.1 the kernel's receive timestamp of the
+    /// read that completed it (on Linux; elsewhere when that read returned), over HTTP/2 when
+    /// its headers were handed to the simulator. TTFT is scheduled from here.
     pub arrival: Instant,
     /// The response headers were handed to hyper.
     pub headers_sent: Instant,
@@ -254,6 +256,7 @@ impl std::fmt::Debug for Shared {
 impl Simulator {
     /// Bind and start serving on a thread of its own.
     pub fn start(cfg: SimConfig) -> Result<Self, SimError> {
+        quetta_net::prepare();
         let writer = match &cfg.record {
             Some(p) => Some(Mutex::new(BufWriter::new(
                 File::options()

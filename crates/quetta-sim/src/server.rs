@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use quetta_net::{StampedTcp, Stamps};
 use serde_json::{json, Value};
 use tokio::time::Sleep;
 
@@ -53,10 +54,35 @@ pub(crate) async fn accept_loop<F, Fut, B>(
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
         let handle = handle.clone();
+        // The socket records when each read's bytes arrived (the kernel's stamp on Linux);
+        // every request on the connection can ask (see `request_arrival`).
+        let stamps = Stamps::new();
+        let io = StampedTcp::new(stream, stamps.clone());
         tokio::spawn(async move {
-            let _ = builder.serve_connection(TokioIo::new(stream), service_fn(handle)).await;
+            let service = service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(ConnStamps(stamps.clone()));
+                handle(req)
+            });
+            let _ = builder.serve_connection(TokioIo::new(io), service).await;
         });
     }
+}
+
+/// The receive record of the connection a request came on.
+#[derive(Clone)]
+struct ConnStamps(Arc<Stamps>);
+
+/// When a request's bytes arrived: over HTTP/1.1 (one request at a time on a connection),
+/// the arrival of the connection's last read so far, that is of the request's last byte once
+/// its body has been read; `fallback` (when the handler started) over HTTP/2 or without a
+/// record. Never later than now.
+fn request_arrival(
+    version: http::Version,
+    conn: Option<&ConnStamps>,
+    fallback: Instant,
+) -> Instant {
+    let kernel = conn.filter(|_| version != http::Version::HTTP_2).and_then(|c| c.0.last_arrival());
+    kernel.map_or(fallback, |a| a.min(Instant::now()))
 }
 
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
@@ -238,9 +264,11 @@ fn header_str(req: &Request<Incoming>, name: &str) -> Option<String> {
 async fn generate(
     req: Request<Incoming>,
     sh: Arc<Shared>,
-    arrival: Instant,
+    handled: Instant,
     chat: bool,
 ) -> Result<Response<Body>, std::io::Error> {
+    let stamps = req.extensions().get::<ConnStamps>().cloned();
+    let version = req.version();
     let seq = sh.seq.fetch_add(1, Ordering::Relaxed);
     sh.metrics.on_start();
     let request_id = header_str(&req, "x-quetta-request-id").and_then(|s| s.parse().ok());
@@ -256,11 +284,11 @@ async fn generate(
         prompt_tokens: 0,
         cached_tokens: 0,
         completion_tokens: 0,
-        arrival,
-        headers_sent: arrival,
+        arrival: handled,
+        headers_sent: handled,
         chunks: Vec::new(),
         chunk_tokens: Vec::new(),
-        end: arrival,
+        end: handled,
         text: String::new(),
         error: None,
     };
@@ -275,6 +303,12 @@ async fn generate(
             return Ok(json_error(StatusCode::BAD_REQUEST, "cannot read request body"));
         }
     };
+    // The request is complete: it arrived with its last byte, which may be well before this
+    // runtime got to it. TTFT counts from there, as the model would start then.
+    let arrival = request_arrival(version, stamps.as_ref(), handled);
+    rec.arrival = arrival;
+    rec.headers_sent = arrival;
+    rec.end = arrival;
     let parsed: Option<Value> = serde_json::from_slice(&body).ok().filter(Value::is_object);
     let Some(v) = parsed else {
         {

@@ -169,3 +169,14 @@ pub fn ending(events: &[TimedEvent]) -> String {
         other => format!("no terminal event: {other:?}"),
     }
 }
+
+/// The connection facts of a response's `Headers` event (after `RequestWritten`, if any).
+pub fn connection_of(events: &[TimedEvent]) -> quetta_engine::ConnectionInfo {
+    events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::Headers { connection, .. } => Some(*connection),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Headers in {events:?}"))
+}
