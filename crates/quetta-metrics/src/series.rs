@@ -48,7 +48,8 @@ pub struct Steadiness {
     /// sending phase (seconds, inclusive), if any.
     pub steady_from_s: Option<u64>,
     pub steady_to_s: Option<u64>,
-    /// Mean requests in flight over the first and the second half of the sending phase.
+    /// Mean requests in flight over the first and the second half of the sending phase
+    /// after its ramp-up (from the first second at 90 % of the median in flight).
     pub in_flight_first_half: f64,
     pub in_flight_second_half: f64,
     /// Requests in flight still rising from the first to the second half (by over 20 % and
@@ -110,11 +111,16 @@ impl SeriesBuilder {
         let mean = |s: &[Second]| {
             s.iter().map(|x| x.in_flight as f64).sum::<f64>() / s.len().max(1) as f64
         };
-        let half = phase.len() / 2;
-        let (a, b) = (mean(&phase[..half]), mean(&phase[half..]));
         let mut v: Vec<u64> = phase.iter().map(|x| x.in_flight).collect();
         v.sort_unstable();
         let med = v[v.len() / 2] as f64;
+        // Compare the halves after the ramp-up: second 0 always starts empty, and an open
+        // loop fills for about one latency before it can be steady. The ramp ends at the first
+        // second at 90 % of the median; a server that does not keep up keeps rising after it.
+        let ramp = phase.iter().position(|x| x.in_flight as f64 >= 0.9 * med).unwrap_or(0);
+        let rest = &phase[ramp.min(phase.len() - 2)..];
+        let half = rest.len() / 2;
+        let (a, b) = (mean(&rest[..half]), mean(&rest[half..]));
         let near = |x: &Second| (x.in_flight as f64 - med).abs() <= (0.1 * med).max(1.0);
         let from = phase.iter().position(near);
         let to = phase.iter().rposition(near);
@@ -171,5 +177,31 @@ mod tests {
         let st = s.steadiness(&series).unwrap();
         assert!(st.over_saturated, "{st:?}");
         assert!(st.in_flight_second_half > st.in_flight_first_half * 1.2);
+    }
+
+    /// A short closed loop (16 in flight from the start, 656 ms each, 100 requests: the
+    /// README's first command) is not saturated, though second 0 starts with none in flight;
+    /// nor is an open loop whose in-flight count fills for its first seconds and then holds.
+    #[test]
+    fn ramp_up_is_not_saturation() {
+        let mut s = SeriesBuilder::default();
+        for i in 0..100u64 {
+            let start = (i / 16) * 656;
+            s.add(&rec(start, start + 656));
+        }
+        let series = s.finish();
+        assert_eq!(series[0].in_flight, 0);
+        assert_eq!(series[1].in_flight, 16);
+        let st = s.steadiness(&series).unwrap();
+        assert!(!st.over_saturated, "{st:?}");
+        // open loop: 10 req/s, each 3 s long, for 12 s: fills to 30 over 3 s, then holds
+        let mut s = SeriesBuilder::default();
+        for i in 0..120 {
+            s.add(&rec(i * 100, i * 100 + 3000));
+        }
+        let series = s.finish();
+        let st = s.steadiness(&series).unwrap();
+        assert!(!st.over_saturated, "{st:?}");
+        assert!((st.in_flight_first_half - st.in_flight_second_half).abs() < 2.0, "{st:?}");
     }
 }

@@ -193,7 +193,7 @@ pub fn metric_table(m: &MetricsSummary) -> String {
         ("E2E", &m.e2e_ms),
         ("TTFT from intended send", &m.ttft_from_intended_ms),
         ("E2E from intended send", &m.e2e_from_intended_ms),
-        ("Queue (waiting for a slot)", &m.queue_ms),
+        ("Queue (slot + connection)", &m.queue_ms),
         ("Schedule lag (client)", &m.schedule_lag_ms),
     ];
     let mut s = String::new();
