@@ -191,17 +191,19 @@ impl StampedTcp {
         self.stamps.arrival.set(at);
     }
 
-    /// Record a write of `n` bytes whose syscall began at `at`.
-    fn record_write(&mut self, n: usize, at: Option<Instant>) {
-        if let (true, Some(at)) = (n > 0, at) {
+    /// Run one write syscall through `write`; if it starts a run (the last I/O was a read),
+    /// record the instant just before it.
+    fn stamped_write(
+        &mut self,
+        write: impl FnOnce(Pin<&mut TcpStream>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let at = (!self.writing).then(Instant::now);
+        let r = write(Pin::new(&mut self.tcp));
+        if let (Poll::Ready(Ok(1..)), Some(at)) = (&r, at) {
             self.writing = true;
             self.stamps.write_start.set(at);
         }
-    }
-
-    /// The instant to record if this write starts a run.
-    fn run_start(&self) -> Option<Instant> {
-        (!self.writing).then(Instant::now)
+        r
     }
 
     #[cfg(target_os = "linux")]
@@ -280,26 +282,14 @@ impl AsyncWrite for StampedTcp {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let at = this.run_start();
-        let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = r {
-            this.record_write(n, at);
-        }
-        r
+        self.get_mut().stamped_write(|tcp| tcp.poll_write(cx, buf))
     }
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let at = this.run_start();
-        let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = r {
-            this.record_write(n, at);
-        }
-        r
+        self.get_mut().stamped_write(|tcp| tcp.poll_write_vectored(cx, bufs))
     }
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
