@@ -99,6 +99,15 @@ fn aws_files(dir: &Path, secret: &str) -> (PathBuf, PathBuf) {
     (creds, config)
 }
 
+/// `quetta-bench run` against the SageMaker fake's endpoint `ep`, results into `out`.
+fn sagemaker_cmd(fake: &ProviderFake, out: &Path) -> Command {
+    let mut c = bin();
+    c.args(["run", "--backend", "sagemaker", "--sagemaker-endpoint", "ep"])
+        .args(["--aws-endpoint-url", &fake.base_url(), "--overwrite", "--output-dir"])
+        .arg(out);
+    c
+}
+
 fn sagemaker_run(fake: &ProviderFake, d: &Path, secret: &str, extra: &[&str]) -> Output {
     let (creds, config) = aws_files(d, secret);
     let out = d.join("out");
@@ -301,26 +310,8 @@ fn sagemaker_credentials_from_a_credential_process_are_refreshed_before_expiry()
     )
     .unwrap();
     let out = d.join("out");
-    let o = bin()
-        .args([
-            "run",
-            "--backend",
-            "sagemaker",
-            "--sagemaker-endpoint",
-            "ep",
-            "--aws-endpoint-url",
-            &fake.base_url(),
-        ])
-        .args([
-            "--duration",
-            "7s",
-            "--concurrency",
-            "2",
-            "--output-len",
-            "20",
-            "--output-dir",
-            out.to_str().unwrap(),
-        ])
+    let o = sagemaker_cmd(&fake, &out)
+        .args(["--duration", "7s", "--concurrency", "2", "--output-len", "20"])
         .env("AWS_CONFIG_FILE", &config)
         .env("AWS_SHARED_CREDENTIALS_FILE", d.join("none"))
         .env("AWS_PROFILE", "proc")
@@ -349,32 +340,15 @@ fn sagemaker_credentials_from_the_container_endpoint_and_instance_metadata() {
     });
     let d = tmpdir("chain");
     let out = d.join("out");
-    let base = |c: &mut Command| {
-        c.args([
-            "run",
-            "--backend",
-            "sagemaker",
-            "--sagemaker-endpoint",
-            "ep",
-            "--aws-endpoint-url",
-            &fake.base_url(),
-        ])
-        .args([
-            "--concurrency",
-            "2",
-            "--output-len",
-            "10",
-            "--overwrite",
-            "--output-dir",
-            out.to_str().unwrap(),
-        ])
-        .env("AWS_REGION", "ap-south-1")
-        .env("AWS_CONFIG_FILE", d.join("none"))
-        .env("AWS_SHARED_CREDENTIALS_FILE", d.join("none"));
+    let base = || {
+        let mut c = sagemaker_cmd(&fake, &out);
+        c.args(["--concurrency", "2", "--output-len", "10"])
+            .env("AWS_REGION", "ap-south-1")
+            .env("AWS_CONFIG_FILE", d.join("none"))
+            .env("AWS_SHARED_CREDENTIALS_FILE", d.join("none"));
+        c
     };
-    let mut c = bin();
-    base(&mut c);
-    let o = c
+    let o = base()
         .args(["--duration", "5s"])
         .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("{}/ecs-credentials", fake.base_url()))
         .output()
@@ -385,9 +359,7 @@ fn sagemaker_credentials_from_the_container_endpoint_and_instance_metadata() {
     let container = fake.issued().iter().filter(|i| i.grant == "container").count();
     eprintln!("{} requests, container credentials fetched {container} times", s["completed"]);
     assert!((2..=4).contains(&container), "{container} fetches in 5 s with a 3 s lifetime");
-    let mut c = bin();
-    base(&mut c);
-    let o2 = c
+    let o2 = base()
         .args(["--num-requests", "5"])
         .env("AWS_EC2_METADATA_DISABLED", "false")
         .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", fake.base_url())
