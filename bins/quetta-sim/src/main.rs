@@ -53,6 +53,10 @@ struct Args {
     /// Worker threads of the simulator's runtime.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Niceness of the simulator's threads (Linux, 0 to 19): sharing a machine with the client
+    /// under test, a niced simulator yields the CPU to it (its records show its real sends).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=19))]
+    nice: i32,
     /// Inject a fault (repeatable; the first matching rule applies): KIND, KIND@N (every Nth
     /// request) or KIND:P (probability P). Kinds: http429, http500, http503,
     /// reset-before-headers, reset-after-headers, reset-mid-stream, stall=SECONDS, slow-drip,
@@ -130,6 +134,7 @@ fn main() -> Result<()> {
         record: a.record,
         keep_records: false,
         worker_threads: a.threads,
+        nice: a.nice,
         faults: a.faults,
         max_running: a.max_running,
         prefix_cache_blocks: a.prefix_cache_blocks,

@@ -46,11 +46,14 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Per request: client TTFT and ITL against the simulator's own record of the same request;
 /// the bound, p99 of the absolute difference under 1 ms, at concurrency 1, 64 and 512.
 ///
-/// Asserted at 1 ms: TTFT at every row, ITL at 1 and 64. ITL at 512 is not: on the 2-core
-/// machine, 512 streams of 100 chunks/s plus the simulator saturate both cores, the client
-/// falls a chunk behind on some sockets, and one read then carries two chunks stamped with the
-/// newer arrival (p99 2.5–10 ms in every attempt of one clean-clone CI run; under 0.2 ms in
-/// most local attempts). Its bound is a regression guard, not the target.
+/// The simulator shares the machine (2 cores in CI) with the client, so it runs niced: it
+/// yields the CPU to the client, as a server on its own machine would not take the client's
+/// cores. At 512 streams of 100 chunks/s the two together need most of both cores; when the
+/// client cannot read a socket before that socket's next chunk arrives, the kernel merges the
+/// two and one read carries both, stamped with the newer arrival: an error of one gap. Niced,
+/// the simulator is the one that runs late, and its records show that (their stamps are its
+/// real sends; it restarts its schedule after a late chunk instead of sending the next one
+/// early), so the comparison stays exact.
 ///
 /// Both sides read the kernel's clocks (quetta-net): the client's TTFT counts from the start
 /// of the write that carried the request's first byte and ends at the kernel's receive stamp
@@ -66,8 +69,7 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     for (conc, n, out, ttft_bound, itl_bound, itl_median) in [
         (1usize, 20u64, 40u32, 1.0, 1.0, 0.5),
         (64, 256, 30, 1.0, 1.0, 0.5),
-        // ITL at 512 streams is not held on 2 cores (see above): a regression guard.
-        (512, 1024, 20, 1.0, 25.0, 0.5),
+        (512, 1024, 20, 1.0, 1.0, 0.5),
     ] {
         // Up to 3 attempts per row, 5 at 512 streams (a shared VM can be preempted for a
         // millisecond or more, and 512 streams of 100 chunks/s with the simulator beside them
@@ -78,6 +80,7 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             let sim = Simulator::start(SimConfig {
                 ttft: Duration::from_millis(50),
                 itl: Duration::from_millis(10),
+                nice: 19,
                 ..SimConfig::default()
             })
             .unwrap();

@@ -79,6 +79,12 @@ pub struct SimConfig {
     pub keep_records: bool,
     /// Runtime worker threads of the simulator (its own runtime).
     pub worker_threads: usize,
+    /// Scheduling niceness of the simulator's threads (Linux: 0 to 19; 0 leaves them as
+    /// they are). Sharing a machine with the client under test, a niced simulator yields the
+    /// CPU to the client, as a server on its own machine would not take the client's cores;
+    /// it then runs late instead, which its records show (their stamps are its real sends).
+    /// Elsewhere than Linux, where nice is per process, it is ignored.
+    pub nice: i32,
     /// Faults to inject; the first rule that matches a request applies.
     pub faults: Vec<faults::FaultRule>,
     /// Requests the model runs at once (its batch limit); more wait in a FIFO queue, and
@@ -113,6 +119,7 @@ impl Default for SimConfig {
             record: None,
             keep_records: true,
             worker_threads: 1,
+            nice: 0,
             faults: Vec::new(),
             max_running: None,
             prefix_cache_blocks: 8_192,
@@ -121,6 +128,17 @@ impl Default for SimConfig {
             response_headers: Vec::new(),
         }
     }
+}
+
+/// Lower the calling thread's priority to `nice` (Linux keeps a nice value per thread).
+/// Best effort: an error (a sandbox that forbids it) leaves the thread as it was.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        let _ = rustix::process::setpriority_process(None, nice.min(19));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
 }
 
 /// The simulator's own account of one request. Instants are on the process's monotonic
@@ -271,9 +289,11 @@ impl Simulator {
             .map_err(|source| SimError::Bind { addr: cfg.bind, source })?;
         std_listener.set_nonblocking(true).map_err(SimError::Runtime)?;
         let addr = std_listener.local_addr().map_err(SimError::Runtime)?;
+        let nice = cfg.nice;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.worker_threads.max(1))
             .thread_name("quetta-sim")
+            .on_thread_start(move || lower_priority(nice))
             .enable_all()
             .build()
             .map_err(SimError::Runtime)?;
@@ -296,6 +316,7 @@ impl Simulator {
         let thread = std::thread::Builder::new()
             .name("quetta-sim-main".into())
             .spawn(move || {
+                lower_priority(nice);
                 rt.block_on(async move {
                     match tokio::net::TcpListener::from_std(std_listener) {
                         Ok(l) => server::serve(l, sh, rx).await,

@@ -736,10 +736,14 @@ impl SimStream {
             this.sent_tokens += k;
             let gap = this.gap();
             let stamp = Instant::now();
-            // Absolute schedule; if the server fell more than one gap behind, restart from now
-            // rather than bursting to catch up.
-            this.next_at =
-                if stamp > this.next_at + gap { stamp + gap } else { this.next_at + gap };
+            // Absolute schedule while on time; a chunk that left more than the timer's 1 ms
+            // resolution late restarts it from its send, as an engine's next decode step starts
+            // after the last one ended: it never bursts (shortened gaps) to catch up.
+            this.next_at = if stamp > this.next_at + Duration::from_millis(1) {
+                stamp + gap
+            } else {
+                this.next_at + gap
+            };
             if let Some(r) = this.rec.as_mut() {
                 r.text.push_str(&text);
                 r.chunks.push(stamp);
