@@ -130,6 +130,23 @@ impl Default for SimConfig {
     }
 }
 
+/// Pending connections the listener queues (std's `bind` queues 128). A benchmark opens
+/// hundreds of connections at once; with a short queue the kernel drops the overflow and the
+/// client resends after its 200 ms minimum retransmission timeout, a delay that is the queue's
+/// and no model's. Production servers queue more (uvicorn 2,048, nginx 511); Linux caps the
+/// value at `net.core.somaxconn` (4,096 by default).
+const LISTEN_BACKLOG: i32 = 4_096;
+
+fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    #[cfg(unix)]
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    s.listen(LISTEN_BACKLOG)?;
+    Ok(s.into())
+}
+
 /// Lower the calling thread's priority to `nice` (Linux keeps a nice value per thread).
 /// Best effort: an error (a sandbox that forbids it) leaves the thread as it was.
 fn lower_priority(nice: i32) {
@@ -285,8 +302,8 @@ impl Simulator {
             ))),
             None => None,
         };
-        let std_listener = std::net::TcpListener::bind(cfg.bind)
-            .map_err(|source| SimError::Bind { addr: cfg.bind, source })?;
+        let std_listener =
+            listen(cfg.bind).map_err(|source| SimError::Bind { addr: cfg.bind, source })?;
         std_listener.set_nonblocking(true).map_err(SimError::Runtime)?;
         let addr = std_listener.local_addr().map_err(SimError::Runtime)?;
         let nice = cfg.nice;
