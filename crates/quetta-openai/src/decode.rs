@@ -15,6 +15,18 @@ use std::borrow::Cow;
 use quetta_engine::{Delta, EngineError, EventKind, Usage};
 use serde::Deserialize;
 
+use crate::fast::{self, DeltaFields};
+
+/// One choice as the decoder reads it, from serde's structs or from the scanner.
+struct View<'a> {
+    text: Option<&'a str>,
+    /// `delta`, else `message`.
+    delta: Option<DeltaFields<'a>>,
+    /// The names and arguments of its tool calls, concatenated.
+    tool_text: Option<String>,
+    finish_reason: Option<&'a str>,
+}
+
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(default, borrow)]
@@ -154,6 +166,29 @@ impl ChunkDecoder {
         if event_type == b"error" {
             return Err(EngineError::ServerError(excerpt(&String::from_utf8_lossy(data), 512)));
         }
+        // The common delta chunk, without serde (see `fast`); anything else: serde.
+        if let Some(scanned) = fast::scan(data) {
+            let choices = scanned.choices();
+            self.decode_views(
+                choices.iter().map(|ch| View {
+                    text: ch.text,
+                    delta: ch.delta,
+                    tool_text: None,
+                    finish_reason: ch.finish_reason,
+                }),
+                out,
+            );
+            return Ok(());
+        }
+        self.decode_serde(data, out)
+    }
+
+    /// Decode one chunk with serde (every shape the scanner leaves).
+    fn decode_serde(
+        &mut self,
+        data: &[u8],
+        out: &mut impl FnMut(EventKind),
+    ) -> Result<(), EngineError> {
         let chunk: Chunk<'_> = serde_json::from_slice(data).map_err(|e| {
             EngineError::Protocol(format!(
                 "bad JSON in SSE event ({e}): {}",
@@ -171,40 +206,65 @@ impl ChunkDecoder {
     }
 
     fn decode_choices(&mut self, choices: &[Choice<'_>], out: &mut impl FnMut(EventKind)) {
+        self.decode_views(
+            choices.iter().map(|ch| {
+                let d = ch.delta.as_ref().or(ch.message.as_ref());
+                View {
+                    text: ch.text.as_deref(),
+                    delta: d.map(|d| DeltaFields {
+                        content: d.content.as_deref(),
+                        reasoning_content: d.reasoning_content.as_deref(),
+                        reasoning: d.reasoning.as_deref(),
+                    }),
+                    tool_text: d.and_then(|d| d.tool_calls.as_ref()).map(|calls| {
+                        let mut text = String::new();
+                        for f in calls.iter().filter_map(|c| c.function.as_ref()) {
+                            text.push_str(f.name.as_deref().unwrap_or(""));
+                            text.push_str(f.arguments.as_deref().unwrap_or(""));
+                        }
+                        text
+                    }),
+                    finish_reason: ch.finish_reason.as_deref(),
+                }
+            }),
+            out,
+        );
+    }
+
+    /// Events of a chunk's choices, in order: per choice its completion text, reasoning,
+    /// content and tool calls; `Empty` when the chunk has choices but none carries a token.
+    fn decode_views<'a>(
+        &mut self,
+        choices: impl Iterator<Item = View<'a>>,
+        out: &mut impl FnMut(EventKind),
+    ) {
         let c = self.capture_text;
         let mut any_token = false;
         let mut any_choice = false;
         for ch in choices {
             any_choice = true;
-            if let Some(t) = ch.text.as_deref().filter(|t| !t.is_empty()) {
+            if let Some(t) = ch.text.filter(|t| !t.is_empty()) {
                 out(EventKind::Content(delta(t, c)));
                 any_token = true;
             }
-            if let Some(d) = ch.delta.as_ref().or(ch.message.as_ref()) {
-                if let Some(t) = d.reasoning_content.as_deref().or(d.reasoning.as_deref()) {
+            if let Some(d) = ch.delta {
+                if let Some(t) = d.reasoning_content.or(d.reasoning) {
                     if !t.is_empty() {
                         out(EventKind::Reasoning(delta(t, c)));
                         any_token = true;
                     }
                 }
-                if let Some(t) = d.content.as_deref().filter(|t| !t.is_empty()) {
+                if let Some(t) = d.content.filter(|t| !t.is_empty()) {
                     out(EventKind::Content(delta(t, c)));
                     any_token = true;
                 }
-                if let Some(calls) = &d.tool_calls {
-                    let mut text = String::new();
-                    for call in calls {
-                        if let Some(f) = &call.function {
-                            text.push_str(f.name.as_deref().unwrap_or(""));
-                            text.push_str(f.arguments.as_deref().unwrap_or(""));
-                        }
-                    }
-                    out(EventKind::ToolCall(delta(&text, c)));
-                    any_token = true;
-                }
             }
-            if let Some(fr) = &ch.finish_reason {
-                self.finish_reason = Some(fr.to_string());
+            if let Some(text) = ch.tool_text {
+                out(EventKind::ToolCall(delta(&text, c)));
+                any_token = true;
+            }
+            if let Some(fr) = ch.finish_reason {
+                self.finish_reason = Some(fr.to_owned());
             }
         }
         if any_choice && !any_token {
@@ -259,6 +319,188 @@ mod tests {
                 reasoning_tokens: None
             })]
         );
+    }
+
+    /// Generated chunks in the shapes servers send and around them (nulls, escapes, unicode,
+    /// unknown and nested fields, usage, tool calls, wrong types, duplicates, whitespace):
+    /// wherever the scanner answers, its events and finish reason are serde's.
+    mod scanner_matches_serde {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn string() -> impl Strategy<Value = String> {
+            prop_oneof![
+                4 => "[ a-zA-Z0-9.,!?/-]{0,12}",
+                1 => Just(String::new()),
+                1 => "[a-z]{0,3}(\\\\n|\\\\\"|\\\\u00e9|\\\\t)[a-z]{0,3}",
+                1 => "[ée€😀中 ]{1,4}",
+            ]
+            .prop_map(|s| format!("\"{s}\""))
+        }
+
+        fn scalar() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("null".to_string()),
+                Just("true".to_string()),
+                Just("false".to_string()),
+                Just("0".to_string()),
+                Just("-12.5e3".to_string()),
+                Just("1732000000".to_string()),
+                string(),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            scalar().prop_recursive(3, 12, 3, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..3)
+                        .prop_map(|v| format!("[{}]", v.join(","))),
+                    prop::collection::vec(("[a-z]{1,4}", inner), 0..3).prop_map(|v| {
+                        let f: Vec<String> =
+                            v.into_iter().map(|(k, x)| format!("\"{k}\":{x}")).collect();
+                        format!("{{{}}}", f.join(","))
+                    }),
+                ]
+            })
+        }
+
+        /// `"key":value` for a few known keys and unknown ones, shuffled, maybe duplicated.
+        fn fields(
+            known: Vec<(&'static str, BoxedStrategy<String>)>,
+        ) -> impl Strategy<Value = String> {
+            let mut parts: Vec<BoxedStrategy<Option<String>>> = Vec::new();
+            for (k, v) in known {
+                parts.push(
+                    prop::option::weighted(0.7, v)
+                        .prop_map(move |v| v.map(|v| format!("\"{k}\":{v}")))
+                        .boxed(),
+                );
+            }
+            parts.push(
+                prop::option::weighted(0.5, ("[a-z_]{1,8}", value()))
+                    .prop_map(|o| o.map(|(k, v)| format!("\"{k}\":{v}")))
+                    .boxed(),
+            );
+            (
+                parts,
+                any::<u64>(),
+                prop::bool::weighted(0.05),
+                prop::sample::select(vec!["", " ", "\n "]),
+            )
+                .prop_map(|(v, seed, dup, ws)| {
+                    let mut f: Vec<String> = v.into_iter().flatten().collect();
+                    if dup && !f.is_empty() {
+                        f.push(f[0].clone());
+                    }
+                    // a seeded shuffle (the order of fields is free in JSON)
+                    let mut x = seed | 1;
+                    for i in (1..f.len()).rev() {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        f.swap(i, (x % (i as u64 + 1)) as usize);
+                    }
+                    format!("{{{ws}{}{ws}}}", f.join(&format!(",{ws}")))
+                })
+        }
+
+        fn opt_string() -> BoxedStrategy<String> {
+            prop_oneof![4 => string(), 1 => Just("null".to_string()), 1 => Just("7".to_string())]
+                .boxed()
+        }
+
+        fn delta_obj() -> BoxedStrategy<String> {
+            prop_oneof![
+                1 => Just("null".to_string()),
+                8 => fields(vec![
+                    ("content", opt_string()),
+                    ("reasoning_content", opt_string()),
+                    ("reasoning", opt_string()),
+                    ("role", string().boxed()),
+                    ("tool_calls", prop_oneof![
+                        3 => Just("null".to_string()),
+                        1 => Just(r#"[{"index":0,"function":{"name":"f","arguments":"{\"a\":1}"}}]"#.to_string()),
+                    ].boxed()),
+                ]),
+            ]
+            .boxed()
+        }
+
+        fn choice() -> BoxedStrategy<String> {
+            fields(vec![
+                ("index", Just("0".to_string()).boxed()),
+                ("delta", delta_obj()),
+                ("message", delta_obj()),
+                ("text", opt_string()),
+                ("finish_reason", opt_string()),
+                ("logprobs", Just("null".to_string()).boxed()),
+            ])
+            .boxed()
+        }
+
+        fn chunk() -> impl Strategy<Value = String> {
+            fields(vec![
+                ("id", string().boxed()),
+                ("object", Just("\"chat.completion.chunk\"".to_string()).boxed()),
+                ("choices", prop_oneof![
+                    8 => prop::collection::vec(choice(), 0..6).prop_map(|v| format!("[{}]", v.join(","))),
+                    1 => Just("null".to_string()),
+                ].boxed()),
+                ("usage", prop_oneof![
+                    3 => Just("null".to_string()),
+                    1 => Just(r#"{"prompt_tokens":3,"completion_tokens":1}"#.to_string()),
+                ].boxed()),
+                ("error", prop_oneof![
+                    5 => Just("null".to_string()),
+                    1 => Just(r#"{"message":"boom"}"#.to_string()),
+                ].boxed()),
+            ])
+        }
+
+        fn run(
+            data: &[u8],
+            serde_only: bool,
+        ) -> (Result<(), EngineError>, Vec<EventKind>, Option<String>) {
+            let mut d = ChunkDecoder::new(true);
+            let mut v = Vec::new();
+            let r = if serde_only {
+                d.decode_serde(data, &mut |e| v.push(e))
+            } else {
+                d.on_event(b"", data, &mut |e| v.push(e))
+            };
+            (r, v, d.finish_reason)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+            #[test]
+            fn same_events(c in chunk()) {
+                let data = c.as_bytes();
+                let fast = run(data, false);
+                let serde = run(data, true);
+                prop_assert_eq!(&fast, &serde, "{}", c);
+                if fast::scan(data).is_some() {
+                    prop_assert!(serde.0.is_ok(), "{}", c);
+                }
+            }
+        }
+
+        /// The generator reaches both sides: chunks the scanner takes and chunks it leaves.
+        #[test]
+        fn generator_covers_both_paths() {
+            use proptest::strategy::ValueTree;
+            let mut runner = proptest::test_runner::TestRunner::deterministic();
+            let (mut scanned, mut left) = (0, 0);
+            for _ in 0..2000 {
+                let c = chunk().new_tree(&mut runner).unwrap().current();
+                if fast::scan(c.as_bytes()).is_some() {
+                    scanned += 1;
+                } else {
+                    left += 1;
+                }
+            }
+            assert!(scanned > 200 && left > 200, "scanned {scanned}, left to serde {left}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod connect;
 pub mod decode;
 mod engine;
+mod fast;
 pub mod fetch;
 pub mod refresh;
 pub mod sse;

@@ -64,7 +64,7 @@ impl SseParser {
                     continue;
                 }
             }
-            match chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
+            match memchr::memchr2(b'\n', b'\r', chunk) {
                 None => {
                     if self.line.len() + chunk.len() + self.data.len() > self.max_event_bytes {
                         return Err(SseError::EventTooLarge { limit: self.max_event_bytes });
