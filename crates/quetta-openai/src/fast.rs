@@ -59,36 +59,25 @@ pub(crate) fn scan(data: &[u8]) -> Option<Scanned<'_>> {
     let text = std::str::from_utf8(data).ok()?;
     let mut p = Parser { t: text, s: data, i: 0 };
     let mut out = Scanned::default();
-    let (mut seen_choices, mut seen_usage, mut seen_error) = (false, false, false);
-    p.object(|p, key| {
-        match key {
-            b"choices" => {
-                once(&mut seen_choices)?;
-                if p.null() {
-                    return Some(());
-                }
-                let mut list = [ChoiceFields::default(); MAX_CHOICES];
-                let mut n = 0;
-                p.array(|p| {
-                    if n == MAX_CHOICES {
-                        return None;
-                    }
-                    list[n] = p.choice()?;
-                    n += 1;
-                    Some(())
-                })?;
-                out.choices = Some((list, n));
-            }
-            b"usage" => {
-                once(&mut seen_usage)?;
-                p.null().then_some(())?;
-            }
-            b"error" => {
-                once(&mut seen_error)?;
-                p.null().then_some(())?;
-            }
-            _ => p.skip(0)?,
+    p.fields([b"choices", b"usage", b"error"], |p, i| {
+        if i > 0 {
+            // usage and error: only null is the scanner's
+            return p.null().then_some(());
         }
+        if p.null() {
+            return Some(());
+        }
+        let mut list = [ChoiceFields::default(); MAX_CHOICES];
+        let mut n = 0;
+        p.array(|p| {
+            if n == MAX_CHOICES {
+                return None;
+            }
+            list[n] = p.choice()?;
+            n += 1;
+            Some(())
+        })?;
+        out.choices = Some((list, n));
         Some(())
     })?;
     p.ws();
@@ -230,29 +219,32 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// An object whose known `keys` are each read by `f(p, index of the key)`; other keys'
+    /// values are skipped. A known key seen twice is serde's to reject.
+    fn fields<const N: usize>(
+        &mut self,
+        keys: [&[u8]; N],
+        mut f: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = [false; N];
+        self.object(|p, key| match keys.iter().position(|k| *k == key) {
+            Some(i) => {
+                once(&mut seen[i])?;
+                f(p, i)
+            }
+            None => p.skip(0),
+        })
+    }
+
     fn choice(&mut self) -> Option<ChoiceFields<'a>> {
         let mut c = ChoiceFields::default();
         let mut message = None;
-        let mut seen = [false; 4];
-        self.object(|p, key| {
-            match key {
-                b"delta" => {
-                    once(&mut seen[0])?;
-                    c.delta = p.delta()?;
-                }
-                b"message" => {
-                    once(&mut seen[1])?;
-                    message = p.delta()?;
-                }
-                b"text" => {
-                    once(&mut seen[2])?;
-                    c.text = p.opt_string()?;
-                }
-                b"finish_reason" => {
-                    once(&mut seen[3])?;
-                    c.finish_reason = p.opt_string()?;
-                }
-                _ => p.skip(0)?,
+        self.fields([b"delta", b"message", b"text", b"finish_reason"], |p, i| {
+            match i {
+                0 => c.delta = p.delta()?,
+                1 => message = p.delta()?,
+                2 => c.text = p.opt_string()?,
+                _ => c.finish_reason = p.opt_string()?,
             }
             Some(())
         })?;
@@ -267,26 +259,12 @@ impl<'a> Parser<'a> {
             return Some(None);
         }
         let mut d = DeltaFields::default();
-        let mut seen = [false; 4];
-        self.object(|p, key| {
-            match key {
-                b"content" => {
-                    once(&mut seen[0])?;
-                    d.content = p.opt_string()?;
-                }
-                b"reasoning_content" => {
-                    once(&mut seen[1])?;
-                    d.reasoning_content = p.opt_string()?;
-                }
-                b"reasoning" => {
-                    once(&mut seen[2])?;
-                    d.reasoning = p.opt_string()?;
-                }
-                b"tool_calls" => {
-                    once(&mut seen[3])?;
-                    p.null().then_some(())?;
-                }
-                _ => p.skip(0)?,
+        self.fields([b"content", b"reasoning_content", b"reasoning", b"tool_calls"], |p, i| {
+            match i {
+                0 => d.content = p.opt_string()?,
+                1 => d.reasoning_content = p.opt_string()?,
+                2 => d.reasoning = p.opt_string()?,
+                _ => p.null().then_some(())?,
             }
             Some(())
         })?;
