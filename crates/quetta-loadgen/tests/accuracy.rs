@@ -52,8 +52,8 @@ fn runtime() -> tokio::runtime::Runtime {
 /// client cannot read a socket before that socket's next chunk arrives, the kernel merges the
 /// two and one read carries both, stamped with the newer arrival: an error of one gap. Niced,
 /// the simulator is the one that runs late, and its records show that (their stamps are its
-/// real sends; it restarts its schedule after a late chunk instead of sending the next one
-/// early), so the comparison stays exact.
+/// real sends; it makes up for lateness without sending two chunks of a stream closer than
+/// half a gap, which would leave the client too little time), so the comparison stays exact.
 ///
 /// Both sides read the kernel's clocks (quetta-net): the client's TTFT counts from the start
 /// of the write that carried the request's first byte and ends at the kernel's receive stamp

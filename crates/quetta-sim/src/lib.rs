@@ -5,8 +5,8 @@
 //! output length (`max_tokens`, or a draw from [`OutputLen`] that honours `ignore_eos` and
 //! `min_tokens`), waits a configurable time to first token (a base plus a per-prompt-token
 //! cost) and then sends chunks on an absolute schedule of inter-token latencies (fixed or
-//! jittered; a chunk sent more than 1 ms late restarts the schedule from its send, so it never
-//! sends early to catch up). Each request leaves a [`SimRecord`] with the instant the request arrived, the
+//! jittered; lateness is made up for, but no two chunks of a stream leave closer than half a
+//! gap). Each request leaves a [`SimRecord`] with the instant the request arrived, the
 //! instant its headers were handed to hyper, the instant each chunk was handed to hyper and
 //! the instant it ended: the ground truth that timing tests compare the client against.
 //!

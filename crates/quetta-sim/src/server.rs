@@ -736,13 +736,15 @@ impl SimStream {
             this.sent_tokens += k;
             let gap = this.gap();
             let stamp = Instant::now();
-            // Absolute schedule while on time; a chunk that left more than the timer's 1 ms
-            // resolution late restarts it from its send, as an engine's next decode step starts
-            // after the last one ended: it never bursts (shortened gaps) to catch up.
-            this.next_at = if stamp > this.next_at + Duration::from_millis(1) {
+            // Absolute schedule, so the mean ITL is the configured one: a late chunk is made up
+            // for over the next ones, but no two chunks of a stream leave closer than half a
+            // gap (a burst of catch-up chunks would leave a client half a gap or less to read
+            // each before the next arrives and the kernel merges them). More than one gap
+            // behind, the schedule restarts from this send.
+            this.next_at = if stamp > this.next_at + gap {
                 stamp + gap
             } else {
-                this.next_at + gap
+                (this.next_at + gap).max(stamp + gap / 2)
             };
             if let Some(r) = this.rec.as_mut() {
                 r.text.push_str(&text);
