@@ -52,6 +52,11 @@ pub(crate) struct RecorderResult {
     pub series: quetta_metrics::series::SeriesBuilder,
 }
 
+/// The recorder's poll interval: from `IDLE_MIN` after a record, doubling while none comes,
+/// up to `IDLE_MAX` (so a record reaches the sink and the observers at most that late).
+const IDLE_MIN: std::time::Duration = std::time::Duration::from_micros(500);
+const IDLE_MAX: std::time::Duration = std::time::Duration::from_millis(16);
+
 pub(crate) fn spawn(
     rx: Receiver<Observation>,
     mut sink: Option<Box<dyn RecordSink>>,
@@ -70,9 +75,13 @@ pub(crate) fn spawn(
                 series: quetta_metrics::series::SeriesBuilder::default(),
             };
             let mut dirty = false;
+            let mut idle = IDLE_MIN;
             loop {
                 let obs = match rx.try_recv() {
-                    Ok(o) => o,
+                    Ok(o) => {
+                        idle = IDLE_MIN;
+                        o
+                    }
                     Err(std::sync::mpsc::TryRecvError::Empty) => {
                         if dirty {
                             if let Some(s) = sink.as_mut() {
@@ -82,10 +91,12 @@ pub(crate) fn spawn(
                             }
                             dirty = false;
                         }
-                        match rx.recv() {
-                            Ok(o) => o,
-                            Err(_) => break,
-                        }
+                        // Poll, never block in `recv`: a blocked receiver makes every send a
+                        // futex wake of this thread (about 8 % of the client's CPU at 3k
+                        // requests/s); polled, a send is one atomic check.
+                        std::thread::sleep(idle);
+                        idle = (idle * 2).min(IDLE_MAX);
+                        continue;
                     }
                     Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
                 };
