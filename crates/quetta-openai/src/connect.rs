@@ -22,9 +22,9 @@ use hyper_util::rt::TokioIo;
 use quetta_engine::ConnectionInfo;
 use quetta_net::{StampedTcp, Stamps};
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -91,64 +91,9 @@ impl ConnMeta {
     }
 }
 
-enum Io {
-    Plain(StampedTcp),
-    Tls(Box<tokio_rustls::client::TlsStream<StampedTcp>>),
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+/// Plain TCP or TLS over it (tokio-util's `Either` forwards reads and writes, vectored
+/// writes included, to whichever it holds).
+type Io = Either<StampedTcp, Box<tokio_rustls::client::TlsStream<StampedTcp>>>;
 
 /// The connection type the connector yields.
 pub struct TimedIo {
@@ -264,7 +209,7 @@ async fn connect(uri: Uri, tls: Option<TlsConnector>) -> Result<TimedIo, Connect
         ConnMeta(Arc::new(MetaInner { connect, tls, http2, uses: AtomicU64::new(0), stamps }))
     };
     if !https {
-        return Ok(TimedIo { io: TokioIo::new(Io::Plain(tcp)), meta: meta(None, false) });
+        return Ok(TimedIo { io: TokioIo::new(Either::Left(tcp)), meta: meta(None, false) });
     }
     let tls = tls.ok_or_else(|| ConnectError::Tls("https is not configured".into()))?;
     let name = ServerName::try_from(host.clone())
@@ -275,5 +220,8 @@ async fn connect(uri: Uri, tls: Option<TlsConnector>) -> Result<TimedIo, Connect
     stream.get_mut().0.end_write_run();
     let tls_time = t1.elapsed();
     let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-    Ok(TimedIo { io: TokioIo::new(Io::Tls(Box::new(stream))), meta: meta(Some(tls_time), http2) })
+    Ok(TimedIo {
+        io: TokioIo::new(Either::Right(Box::new(stream))),
+        meta: meta(Some(tls_time), http2),
+    })
 }
