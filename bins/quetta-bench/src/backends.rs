@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use quetta_engine::{Engine, Timeouts};
-use quetta_openai::TransportConfig;
+use quetta_http::TransportConfig;
 use quetta_sagemaker::{Payload, SageMakerConfig, SageMakerEngine};
 use quetta_vertex::{VertexApi, VertexConfig, VertexEngine};
 use serde::Serialize;

@@ -960,7 +960,7 @@ async fn run(
     let managed = if managed_backend {
         let common = crate::backends::Common {
             model: a.model.as_deref(),
-            transport: quetta_openai::TransportConfig {
+            transport: quetta_http::TransportConfig {
                 insecure: a.insecure,
                 ca_cert: a.ca_cert.clone(),
                 http2: a.http2,
@@ -1057,7 +1057,7 @@ async fn run(
                 let url = url.clone();
                 let key = key.clone();
                 Box::pin(async move {
-                    quetta_openai::fetch::post_empty(
+                    quetta_http::fetch::post_empty(
                         &url,
                         key.as_deref(),
                         insecure,
@@ -1654,7 +1654,7 @@ async fn resolve_tokenizer(spec: &str) -> Result<Tokenizer> {
     let url = format!("{}/{spec}/resolve/main/tokenizer.json", endpoint.trim_end_matches('/'));
     let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty());
     eprintln!("tokenizer {spec} is not in the local cache: downloading {url}");
-    let bytes = quetta_openai::fetch::get(&url, token.as_deref(), Duration::from_secs(30), 64 << 20)
+    let bytes = quetta_http::fetch::get(&url, token.as_deref(), Duration::from_secs(30), 64 << 20)
         .await
         .map_err(|e| anyhow::anyhow!("--tokenizer {spec}: not in the local Hugging Face cache, and downloading {url} failed ({e}); offline? give a tokenizer.json path"))?;
     let cache = std::env::var_os("HF_HUB_CACHE")

@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use quetta_http::sse::SseParser;
 use quetta_openai::decode::ChunkDecoder;
-use quetta_openai::sse::SseParser;
 
 fn fixture(rel: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(rel);

@@ -134,17 +134,7 @@ fn error_message(v: &serde_json::Value) -> String {
     excerpt(&msg, 512)
 }
 
-/// At most `max` bytes of `s`, cut on a character boundary.
-pub fn excerpt(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
+pub use quetta_http::excerpt;
 
 impl ChunkDecoder {
     /// A decoder; `capture_text` keeps delta text in the events.
@@ -279,6 +269,30 @@ impl ChunkDecoder {
         out: &mut impl FnMut(EventKind),
     ) -> Result<(), EngineError> {
         self.on_event(b"", body, out)
+    }
+}
+
+impl quetta_http::EventDecoder for ChunkDecoder {
+    fn on_event(
+        &mut self,
+        event_type: &[u8],
+        data: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        ChunkDecoder::on_event(self, event_type, data, &mut |k| out(k))
+    }
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        ChunkDecoder::decode_full(self, body, &mut |k| out(k))
+    }
+    fn is_done(&self) -> bool {
+        self.done
+    }
+    fn finish_reason(&self) -> Option<String> {
+        self.finish_reason.clone()
     }
 }
 

@@ -10,8 +10,7 @@ use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, Message, Pr
 use serde_json::{json, Map, Value};
 
 use crate::decode::{excerpt, ChunkDecoder};
-use crate::transport::{SseBody, StreamOptions, Transport, TransportConfig};
-use crate::BuildError;
+use quetta_http::{BuildError, SseBody, StatusErrorFn, StreamOptions, Transport, TransportConfig};
 
 /// Which OpenAI API the adapter speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +97,7 @@ impl OpenAiConfig {
             api_key: None,
             http2: false,
             timeouts: Timeouts::default(),
-            max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_BYTES,
+            max_event_bytes: quetta_http::sse::DEFAULT_MAX_EVENT_BYTES,
             include_usage: true,
             insecure: false,
             ca_cert: None,
@@ -121,6 +120,9 @@ pub struct OpenAiEngine {
     session_header: Option<HeaderName>,
     request_id_header: Option<HeaderName>,
     name: &'static str,
+    /// What every request's response stream is read with (per request only `streaming`
+    /// changes).
+    opts: StreamOptions,
 }
 
 /// Parse and check a base URL; join it with `path` (`/v1` is not doubled).
@@ -174,7 +176,21 @@ impl OpenAiEngine {
             Api::Chat => "openai-chat",
             Api::Completions => "openai-completions",
         };
-        Ok(Self { transport, uri, auth, cfg, session_header, request_id_header, name })
+        let opts = StreamOptions {
+            streaming: true,
+            timeouts: cfg.timeouts,
+            record_headers: cfg.record_headers.clone().into(),
+            status_error: None,
+        };
+        Ok(Self { transport, uri, auth, cfg, session_header, request_id_header, name, opts })
+    }
+
+    /// Name this engine's error answers with `f` (an adapter over a proxy with its own error
+    /// objects, e.g. LiteLLM) and report it as `name`.
+    pub(crate) fn customised(mut self, name: &'static str, f: StatusErrorFn) -> Self {
+        self.name = name;
+        self.opts.status_error = Some(f);
+        self
     }
 
     /// The configuration this engine was built with.
@@ -289,12 +305,7 @@ impl Engine for OpenAiEngine {
     fn send(&self, request: EngineRequest) -> EventStream {
         let built = self.build_request(&request);
         let body = SseBody::new(self.cfg.max_event_bytes, ChunkDecoder::new(request.capture_text));
-        let opts = StreamOptions {
-            streaming: request.stream,
-            timeouts: self.cfg.timeouts,
-            record_headers: self.cfg.record_headers.clone(),
-            status_error: None,
-        };
+        let opts = StreamOptions { streaming: request.stream, ..self.opts.clone() };
         self.transport.stream(built, Box::new(body), &opts)
     }
 }

@@ -7,8 +7,8 @@ mod common;
 use common::{collect, counts, ending, fixtures, Reply, ScriptServer};
 use proptest::prelude::*;
 use quetta_engine::{EngineError, EngineRequest, EventKind, Prompt};
+use quetta_http::sse::SseParser;
 use quetta_openai::decode::ChunkDecoder;
-use quetta_openai::sse::SseParser;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use serde::Deserialize;
 

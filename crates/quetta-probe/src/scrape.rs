@@ -60,7 +60,7 @@ pub struct Scraper {
 
 /// Scrape once and parse.
 pub async fn scrape_once(url: &str, bearer: Option<&str>) -> Result<prom::Exposition, String> {
-    let body = quetta_openai::fetch::get(url, bearer, Duration::from_secs(10), 64 << 20)
+    let body = quetta_http::fetch::get(url, bearer, Duration::from_secs(10), 64 << 20)
         .await
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&body);

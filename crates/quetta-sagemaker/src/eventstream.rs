@@ -9,7 +9,7 @@ use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{HeaderValue, Message};
 use bytes::BytesMut;
 use quetta_engine::{EngineError, EventKind};
-use quetta_openai::BodyDecoder;
+use quetta_http::BodyDecoder;
 
 /// Decodes event-stream frames and feeds their payload parts to `inner`.
 pub struct EventStreamBody {
@@ -162,7 +162,7 @@ mod tests {
         wire.extend(part(&sse[7..30]));
         wire.extend(part(&sse[30..]));
         let inner =
-            quetta_openai::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
+            quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
         let mut d = EventStreamBody::new(Box::new(inner));
         let mut ev = Vec::new();
         for b in &wire {
@@ -178,7 +178,7 @@ mod tests {
         let n = bad.len();
         bad[n - 6] ^= 0x55; // a payload byte: the message CRC no longer matches
         let inner =
-            quetta_openai::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
+            quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
         let mut d = EventStreamBody::new(Box::new(inner));
         let e = d.on_data(&bad, &mut |_| {}).unwrap_err();
         assert_eq!(e.kind(), "protocol", "{e}");
@@ -196,7 +196,7 @@ mod tests {
         let mut wire = part(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
         write_message_to(&m, &mut wire).unwrap();
         let inner =
-            quetta_openai::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
+            quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
         let mut d = EventStreamBody::new(Box::new(inner));
         let mut ev = Vec::new();
         let e = d.on_data(&wire, &mut |k| ev.push(k)).unwrap_err();

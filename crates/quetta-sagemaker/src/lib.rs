@@ -6,7 +6,7 @@
 //! (`aws-config`: environment, shared credentials and config files with profiles, SSO, web
 //! identity, container and instance metadata, credential processes). Credentials are
 //! fetched once before the run and refreshed in the background before they expire
-//! ([`quetta_openai::refresh`]), never per request.
+//! ([`quetta_http::refresh`]), never per request.
 //!
 //! The response body is the AWS binary event stream ([`eventstream`]); its payload parts are
 //! re-buffered into the container's own framing ([`payload`]). Each body chunk is stamped on
@@ -30,11 +30,12 @@ use bytes::Bytes;
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, Timeouts};
-use quetta_openai::decode::{excerpt, ChunkDecoder};
-use quetta_openai::refresh::{Expiring, Refreshing};
-use quetta_openai::{
-    Api, BodyDecoder, ErrorAnswer, OpenAiConfig, SseBody, StreamOptions, Transport, TransportConfig,
+use quetta_http::refresh::{Expiring, Refreshing};
+use quetta_http::{
+    excerpt, BodyDecoder, ErrorAnswer, SseBody, StreamOptions, Transport, TransportConfig,
 };
+use quetta_openai::decode::ChunkDecoder;
+use quetta_openai::{Api, OpenAiConfig};
 use serde_json::Value;
 
 pub use payload::{JsonLines, Payload};
@@ -123,7 +124,7 @@ pub enum SageMakerError {
     #[error("AWS credentials: {0}")]
     Credentials(String),
     #[error(transparent)]
-    Build(#[from] quetta_openai::BuildError),
+    Build(#[from] quetta_http::BuildError),
     #[error("invalid endpoint URL {url:?}: {reason}")]
     Url { url: String, reason: String },
 }
@@ -221,7 +222,7 @@ impl SageMakerEngine {
                     if region.starts_with("cn-") { "amazonaws.com.cn" } else { "amazonaws.com" };
                 format!("https://runtime.sagemaker.{region}.{suffix}")
             });
-        let name = quetta_openai::fetch::percent_encode(&cfg.endpoint_name);
+        let name = quetta_http::fetch::percent_encode(&cfg.endpoint_name);
         let uri = |path: &str| -> Result<Uri, SageMakerError> {
             let u = format!("{}/endpoints/{name}/{path}", base.trim_end_matches('/'));
             u.parse().map_err(|e: http::uri::InvalidUri| SageMakerError::Url {
@@ -244,7 +245,7 @@ impl SageMakerEngine {
         let opts = StreamOptions {
             streaming: true,
             timeouts: cfg.timeouts,
-            record_headers: cfg.record_headers.clone(),
+            record_headers: cfg.record_headers.clone().into(),
             status_error: Some(Arc::new(status_error)),
         };
         Ok(Self { transport, creds, region, stream_uri, invoke_uri, openai, opts, cfg })

@@ -9,7 +9,7 @@
 //!   `{{stream}}` placeholders, and a JSON pointer to the text of each streamed line.
 
 use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Message, Prompt, Usage};
-use quetta_openai::BodyDecoder;
+use quetta_http::BodyDecoder;
 use serde_json::{json, Map, Value};
 
 /// The request and response format the endpoint's container speaks.
@@ -122,7 +122,7 @@ impl JsonLines {
         let v: Value = serde_json::from_slice(l).map_err(|e| {
             EngineError::Protocol(format!(
                 "bad JSON line in the stream ({e}): {}",
-                quetta_openai::decode::excerpt(&String::from_utf8_lossy(l), 200)
+                quetta_http::excerpt(&String::from_utf8_lossy(l), 200)
             ))
         })?;
         self.value(&v, out)

@@ -10,7 +10,7 @@
 //! A file is a service-account key (`"type": "service_account"`: an RS256-signed JWT is
 //! exchanged at its `token_uri`) or gcloud user credentials (`"type": "authorized_user"`: the
 //! refresh token is exchanged). Signing uses `ring`, the crypto provider Quetta's TLS already
-//! uses. Tokens are refreshed in the background before expiry ([`quetta_openai::refresh`]).
+//! uses. Tokens are refreshed in the background before expiry ([`quetta_http::refresh`]).
 //! No token, key or secret is ever put into an error message.
 
 use std::path::{Path, PathBuf};
@@ -21,8 +21,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::Full;
-use quetta_openai::refresh::{Expiring, Refreshing};
-use quetta_openai::Transport;
+use quetta_http::refresh::{Expiring, Refreshing};
+use quetta_http::Transport;
 use ring::rand::SystemRandom;
 use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
 use serde::Deserialize;
@@ -178,7 +178,7 @@ fn b64url(b: &[u8]) -> String {
 }
 
 fn form_encode(pairs: &[(&str, &str)]) -> String {
-    let enc = quetta_openai::fetch::percent_encode;
+    let enc = quetta_http::fetch::percent_encode;
     pairs.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
 }
 

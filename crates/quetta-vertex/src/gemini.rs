@@ -3,7 +3,7 @@
 use quetta_engine::{
     ContentPart, Delta, EngineError, EngineRequest, EventKind, MessageContent, Prompt, Usage,
 };
-use quetta_openai::EventDecoder;
+use quetta_http::EventDecoder;
 use serde_json::{json, Map, Value};
 
 fn part(p: &ContentPart) -> Value {
@@ -114,7 +114,7 @@ pub fn google_error(e: &Value, http_status: u16) -> EngineError {
     let status = e.get("status").and_then(Value::as_str).unwrap_or("");
     let msg = e.get("message").and_then(Value::as_str).unwrap_or("");
     let code = e.get("code").and_then(Value::as_u64).map_or(http_status, |c| c as u16);
-    let text = quetta_openai::decode::excerpt(&format!("{status}: {msg}"), 512);
+    let text = quetta_http::excerpt(&format!("{status}: {msg}"), 512);
     match (status, code) {
         ("UNAUTHENTICATED" | "PERMISSION_DENIED", _) | (_, 401 | 403) => EngineError::Auth(text),
         ("RESOURCE_EXHAUSTED", _) | (_, 429) => EngineError::Throttled(text),
@@ -185,7 +185,7 @@ impl EventDecoder for GeminiDecoder {
         let v: Value = serde_json::from_slice(data).map_err(|e| {
             EngineError::Protocol(format!(
                 "bad JSON in a Gemini event ({e}): {}",
-                quetta_openai::decode::excerpt(&String::from_utf8_lossy(data), 200)
+                quetta_http::excerpt(&String::from_utf8_lossy(data), 200)
             ))
         })?;
         self.chunk(&v, out)

@@ -24,11 +24,10 @@ use http_body_util::Full;
 use quetta_engine::{
     Delta, Engine, EngineError, EngineRequest, EventKind, EventStream, Message, Prompt, Timeouts,
 };
+use quetta_http::refresh::Refreshing;
+use quetta_http::{BodyDecoder, ErrorAnswer, SseBody, StreamOptions, Transport, TransportConfig};
 use quetta_openai::decode::ChunkDecoder;
-use quetta_openai::refresh::Refreshing;
-use quetta_openai::{
-    Api, BodyDecoder, ErrorAnswer, OpenAiConfig, SseBody, StreamOptions, Transport, TransportConfig,
-};
+use quetta_openai::{Api, OpenAiConfig};
 use serde_json::{json, Value};
 
 pub use auth::{AuthError, Source};
@@ -96,7 +95,7 @@ pub enum VertexError {
     #[error(transparent)]
     Auth(#[from] AuthError),
     #[error(transparent)]
-    Build(#[from] quetta_openai::BuildError),
+    Build(#[from] quetta_http::BuildError),
     #[error("invalid URL {url:?}: {reason}")]
     Url { url: String, reason: String },
     #[error("--vertex-api {api} needs --vertex-endpoint-id")]
@@ -190,7 +189,7 @@ impl VertexEngine {
         let opts = StreamOptions {
             streaming: true,
             timeouts: cfg.timeouts,
-            record_headers: cfg.record_headers.clone(),
+            record_headers: cfg.record_headers.clone().into(),
             status_error: Some(std::sync::Arc::new(status_error)),
         };
         Ok(Self {

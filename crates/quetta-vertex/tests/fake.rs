@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use quetta_engine::{Engine, EngineRequest, EventKind, Prompt, TimedEvent};
-use quetta_openai::{Transport, TransportConfig};
+use quetta_http::{Transport, TransportConfig};
 use quetta_sim::providers::{FakeConfig, GoogleAuth, ProviderFake};
 use quetta_vertex::{auth, Source, VertexApi, VertexConfig, VertexEngine};
 
@@ -278,7 +278,7 @@ async fn user_credentials_metadata_server_and_a_bad_token() {
     let e = VertexEngine::with_token(
         c,
         t,
-        quetta_openai::refresh::Refreshing::fixed("ya29.not-issued".into()),
+        quetta_http::refresh::Refreshing::fixed("ya29.not-issued".into()),
         "test".into(),
     )
     .unwrap();

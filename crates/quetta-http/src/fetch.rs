@@ -54,7 +54,7 @@ fn success(r: Fetched) -> Result<Vec<u8>, EngineError> {
     }
     Err(EngineError::HttpStatus {
         status: r.status,
-        body_excerpt: crate::decode::excerpt(&String::from_utf8_lossy(&r.body), 200),
+        body_excerpt: crate::excerpt(&String::from_utf8_lossy(&r.body), 200),
         retry_after: None,
     })
 }

@@ -30,7 +30,7 @@ use quetta_engine::{EngineError, EventKind, EventStream, TimedEvent, TimeoutPhas
 use tokio::time::Sleep;
 
 use crate::connect::{ConnMeta, ConnectError, TimedConnector};
-use crate::decode::{excerpt, ChunkDecoder};
+use crate::excerpt;
 use crate::sse::SseParser;
 use crate::BuildError;
 
@@ -92,8 +92,8 @@ pub struct StreamOptions {
     pub streaming: bool,
     pub timeouts: Timeouts,
     /// Response headers to copy into the `Headers` event (lower-case names, or prefixes
-    /// ending in `*`).
-    pub record_headers: Vec<String>,
+    /// ending in `*`); shared by every request of an engine.
+    pub record_headers: Arc<[String]>,
     /// Names the error of a non-success answer (default: [`ErrorAnswer::http_status`]).
     pub status_error: Option<StatusErrorFn>,
 }
@@ -251,30 +251,6 @@ pub trait EventDecoder: Send {
     fn finish_reason(&self) -> Option<String>;
 }
 
-impl EventDecoder for ChunkDecoder {
-    fn on_event(
-        &mut self,
-        event_type: &[u8],
-        data: &[u8],
-        out: &mut dyn FnMut(EventKind),
-    ) -> Result<(), EngineError> {
-        ChunkDecoder::on_event(self, event_type, data, &mut |k| out(k))
-    }
-    fn decode_full(
-        &mut self,
-        body: &[u8],
-        out: &mut dyn FnMut(EventKind),
-    ) -> Result<(), EngineError> {
-        ChunkDecoder::decode_full(self, body, &mut |k| out(k))
-    }
-    fn is_done(&self) -> bool {
-        self.done
-    }
-    fn finish_reason(&self) -> Option<String> {
-        self.finish_reason.clone()
-    }
-}
-
 /// An SSE body: the incremental parser feeding an [`EventDecoder`]; events after the end
 /// marker are ignored.
 #[derive(Debug)]
@@ -384,7 +360,7 @@ struct ResponseStream {
     /// The `End` event, held back while the body drains.
     end: Option<TimedEvent>,
     finished: bool,
-    record_headers: Vec<String>,
+    record_headers: Arc<[String]>,
     status_error: Option<StatusErrorFn>,
     /// The headers of a non-success answer.
     error_headers: HeaderMap,
