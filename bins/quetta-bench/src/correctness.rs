@@ -181,7 +181,7 @@ pub fn main(a: CorrectnessArgs) -> Result<ExitCode> {
             Arc::new((0..a.num_requests).map(|_| rng.gen_range(0..=a.max_number)).collect());
         let mut rc = RunConfig::closed(a.concurrency, a.num_requests);
         rc.capture_text = true;
-        rc.sampling.temperature = Some(0.0);
+        Arc::make_mut(&mut rc.params).sampling.temperature = Some(0.0);
         rc.seed = a.seed;
         let collect = Arc::new(Collect(Mutex::new(Vec::new())));
         let out = quetta_loadgen::run(

@@ -12,11 +12,27 @@
 //! - timestamps never decrease along a stream;
 //! - an event's timestamp is the arrival time of the frame that completed it.
 //!
+//! What an adapter author gets besides the trait:
+//! - [`stream::events`] turns an async block that sends events into an [`EventStream`]
+//!   (and [`stream::channel`] a channel), keeping the invariants above for the author: stamps
+//!   never go backwards, exactly one terminal event ends the stream;
+//! - [`testing::check_contract`] and [`testing::check_engine`] check a stream (or an engine
+//!   answering one request) against every rule, for the author's own tests;
+//! - constructors ([`Usage::tokens`], [`Delta::text`], [`TimedEvent::new`], ...) so that new
+//!   fields do not break adapters; the structs that may grow are `#[non_exhaustive]`;
+//! - timeouts: [`Timeouts`] are applied by the load generator around any engine (a stream
+//!   that goes silent is ended with [`EngineError::Timeout`]); an HTTP adapter only adds the
+//!   connect phase, which only it can see.
+//!
 //! See `examples/echo_engine.rs` for a custom adapter written against this crate alone.
+
+pub mod stream;
+pub mod testing;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_core::Stream;
@@ -119,8 +135,20 @@ pub struct Sampling {
     pub seed: Option<u64>,
 }
 
+/// Settings every request of a run shares (sampling, extra body fields and headers): built
+/// once per run and shared, never copied into each request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestParams {
+    pub sampling: Sampling,
+    /// Extra top-level JSON body fields, merged over the adapter's own.
+    pub extra_body: BTreeMap<String, serde_json::Value>,
+    /// Extra HTTP headers (name, value).
+    pub extra_headers: Vec<(String, String)>,
+}
+
 /// A backend-neutral inference request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EngineRequest {
     /// Unique id of this request within a run.
     pub request_id: u64,
@@ -133,16 +161,14 @@ pub struct EngineRequest {
     pub ignore_eos: bool,
     /// Ask the server to generate at least this many tokens (vLLM, SGLang).
     pub min_tokens: Option<u32>,
-    pub sampling: Sampling,
     /// Stream the response (the default); when false, TTFT equals E2E.
     pub stream: bool,
     /// Keep the text of deltas in the events. Off on the load-generation hot path unless a
-    /// consumer (multi-turn history, correctness checks) needs it.
+    /// consumer (multi-turn history, correctness checks) needs it; an adapter must fill
+    /// [`Delta::text`] exactly when this is set.
     pub capture_text: bool,
-    /// Extra top-level JSON body fields, merged over the adapter's own.
-    pub extra_body: BTreeMap<String, serde_json::Value>,
-    /// Extra HTTP headers (name, value).
-    pub extra_headers: Vec<(String, String)>,
+    /// Sampling, extra body fields and extra headers, shared by the run's requests.
+    pub params: Arc<RequestParams>,
 }
 
 impl EngineRequest {
@@ -155,12 +181,21 @@ impl EngineRequest {
             max_tokens: None,
             ignore_eos: false,
             min_tokens: None,
-            sampling: Sampling::default(),
             stream: true,
             capture_text: false,
-            extra_body: BTreeMap::new(),
-            extra_headers: Vec::new(),
+            params: Arc::default(),
         }
+    }
+
+    /// The run's shared settings (sampling, extra body, extra headers).
+    pub fn with_params(mut self, params: Arc<RequestParams>) -> Self {
+        self.params = params;
+        self
+    }
+
+    /// Sampling parameters (shared by the run's requests).
+    pub fn sampling(&self) -> &Sampling {
+        &self.params.sampling
     }
 }
 
@@ -174,8 +209,16 @@ pub struct TimedEvent {
     pub kind: EventKind,
 }
 
+impl TimedEvent {
+    /// An event of frame `frame` whose bytes arrived at `at`.
+    pub fn new(at: Instant, frame: u64, kind: EventKind) -> Self {
+        Self { at, frame, kind }
+    }
+}
+
 /// How a connection was obtained for a request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConnectionInfo {
     /// The request went over a pooled connection that had served an earlier request.
     pub reused: bool,
@@ -192,8 +235,21 @@ pub struct ConnectionInfo {
     pub retried_stale: bool,
 }
 
+impl ConnectionInfo {
+    /// A pooled connection that served an earlier request.
+    pub fn reused() -> Self {
+        Self { reused: true, ..Self::default() }
+    }
+
+    /// A new connection: its TCP connect and TLS handshake times.
+    pub fn new_connection(connect: Option<Duration>, tls: Option<Duration>) -> Self {
+        Self { connect, tls, ..Self::default() }
+    }
+}
+
 /// A piece of generated output.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Delta {
     /// Number of bytes of text in this delta (known even when the text is not captured).
     pub bytes: u32,
@@ -201,8 +257,30 @@ pub struct Delta {
     pub text: Option<String>,
 }
 
+impl Delta {
+    /// A delta of `text`, kept when `capture` (the request's `capture_text`) is set.
+    pub fn of(text: &str, capture: bool) -> Self {
+        Self {
+            bytes: u32::try_from(text.len()).unwrap_or(u32::MAX),
+            text: capture.then(|| text.to_owned()),
+        }
+    }
+
+    /// A delta whose text is kept.
+    pub fn text(text: impl Into<String>) -> Self {
+        let text = text.into();
+        Self { bytes: u32::try_from(text.len()).unwrap_or(u32::MAX), text: Some(text) }
+    }
+
+    /// A delta of `bytes` bytes whose text is not kept.
+    pub fn bytes(bytes: u32) -> Self {
+        Self { bytes, text: None }
+    }
+}
+
 /// Token counts reported by the server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
@@ -210,6 +288,25 @@ pub struct Usage {
     pub cached_tokens: Option<u64>,
     /// Reasoning tokens, when the server reports them separately.
     pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Prompt and completion token counts, either of which may be unknown.
+    pub fn tokens(prompt: Option<u64>, completion: Option<u64>) -> Self {
+        Self { prompt_tokens: prompt, completion_tokens: completion, ..Self::default() }
+    }
+
+    /// The same counts with the prompt tokens the server served from its prefix cache.
+    pub fn with_cached(mut self, cached: Option<u64>) -> Self {
+        self.cached_tokens = cached;
+        self
+    }
+
+    /// The same counts with the reasoning tokens the server reported apart.
+    pub fn with_reasoning(mut self, reasoning: Option<u64>) -> Self {
+        self.reasoning_tokens = reasoning;
+        self
+    }
 }
 
 /// What an event says.

@@ -71,23 +71,13 @@ impl ConnMeta {
     /// Count one more request on this connection and describe it for that request.
     pub(crate) fn claim(&self) -> ConnectionInfo {
         let n = self.0.uses.fetch_add(1, Ordering::Relaxed);
-        if n == 0 {
-            ConnectionInfo {
-                reused: false,
-                connect: Some(self.0.connect),
-                tls: self.0.tls,
-                http2: self.0.http2,
-                retried_stale: false,
-            }
+        let mut c = if n == 0 {
+            ConnectionInfo::new_connection(Some(self.0.connect), self.0.tls)
         } else {
-            ConnectionInfo {
-                reused: true,
-                connect: None,
-                tls: None,
-                http2: self.0.http2,
-                retried_stale: false,
-            }
-        }
+            ConnectionInfo::reused()
+        };
+        c.http2 = self.0.http2;
+        c
     }
 }
 

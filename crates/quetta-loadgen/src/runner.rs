@@ -1,11 +1,10 @@
 //! Load policies: closed loop and open loop, warmup, stop conditions and drain.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use quetta_engine::{Engine, EngineRequest, Sampling};
+use quetta_engine::{Engine, EngineRequest, RequestParams};
 use quetta_metrics::{Aggregate, Observation, SloSet};
 use quetta_workload::arrival::{Arrival, Schedule};
 use quetta_workload::{PlannedRequest, Workload};
@@ -69,9 +68,8 @@ pub struct RunConfig {
     pub ignore_eos: bool,
     /// Ask for exactly the planned output length (`min_tokens = max_tokens` and `ignore_eos`).
     pub exact_output_length: bool,
-    pub sampling: Sampling,
-    pub extra_body: BTreeMap<String, serde_json::Value>,
-    pub extra_headers: Vec<(String, String)>,
+    /// Sampling, extra body fields and extra headers: shared by every request of the run.
+    pub params: Arc<RequestParams>,
     /// Keep generated text in the records.
     pub capture_text: bool,
     /// Send a failed request again up to this many times (0: never). Only failures before
@@ -99,9 +97,7 @@ impl RunConfig {
             stream: true,
             ignore_eos: false,
             exact_output_length: false,
-            sampling: Sampling::default(),
-            extra_body: BTreeMap::new(),
-            extra_headers: Vec::new(),
+            params: Arc::default(),
             capture_text: false,
             retries: 0,
             retry_backoff: Duration::from_millis(500),
@@ -146,9 +142,7 @@ impl RunConfig {
         if self.exact_output_length {
             r.min_tokens = Some(p.max_tokens);
         }
-        r.sampling = self.sampling.clone();
-        r.extra_body.clone_from(&self.extra_body);
-        r.extra_headers.clone_from(&self.extra_headers);
+        r.params = self.params.clone();
         r.capture_text = self.capture_text;
         r
     }

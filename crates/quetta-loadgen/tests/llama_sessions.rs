@@ -59,8 +59,9 @@ async fn multi_turn_sessions_feed_llama_cpp_its_own_replies() {
     let mut cfg = RunConfig::closed(1, 1);
     cfg.num_requests = None;
     cfg.capture_text = true;
-    cfg.sampling.seed = Some(7);
-    cfg.sampling.temperature = Some(0.0);
+    let p = std::sync::Arc::make_mut(&mut cfg.params);
+    p.sampling.seed = Some(7);
+    p.sampling.temperature = Some(0.0);
     let (out, counts) = run_sessions(
         engine.clone(),
         Box::new(SessionList { sessions, cycle: false }),

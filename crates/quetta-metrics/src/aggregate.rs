@@ -860,11 +860,7 @@ mod tests {
             end: d(i * 10 + ttft_ms + 90),
             itl_us: vec![10_000; 9],
             token_chunks: 10,
-            usage: Some(Usage {
-                prompt_tokens: Some(5),
-                completion_tokens: Some(10),
-                ..Usage::default()
-            }),
+            usage: Some(Usage::tokens(Some(5), Some(10))),
             streamed: true,
             error: fail.then_some(EngineError::Incomplete),
             ..Observation::default()
@@ -918,12 +914,7 @@ mod tests {
                 token_chunks: 3,
                 streamed: true,
                 planned_output_tokens: 3,
-                usage: Some(Usage {
-                    prompt_tokens: Some(100),
-                    completion_tokens: Some(out),
-                    cached_tokens: cached,
-                    ..Usage::default()
-                }),
+                usage: Some(Usage::tokens(Some(100), Some(out)).with_cached(cached)),
                 cached_tokens_estimate: est,
                 ..Observation::default()
             })

@@ -295,11 +295,7 @@ mod tests {
             end: d(260),
             itl_us: vec![10_000; 10],
             token_chunks: 11,
-            usage: Some(Usage {
-                prompt_tokens: Some(7),
-                completion_tokens: Some(11),
-                ..Usage::default()
-            }),
+            usage: Some(Usage::tokens(Some(7), Some(11))),
             streamed: true,
             ..Observation::default()
         };

@@ -103,12 +103,9 @@ struct CompletionDetails {
 
 impl From<UsageJson> for Usage {
     fn from(u: UsageJson) -> Self {
-        Usage {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
-            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
-        }
+        Usage::tokens(u.prompt_tokens, u.completion_tokens)
+            .with_cached(u.prompt_tokens_details.and_then(|d| d.cached_tokens))
+            .with_reasoning(u.completion_tokens_details.and_then(|d| d.reasoning_tokens))
     }
 }
 
@@ -123,7 +120,7 @@ pub struct ChunkDecoder {
 }
 
 fn delta(text: &str, capture: bool) -> Delta {
-    Delta { bytes: text.len() as u32, text: capture.then(|| text.to_owned()) }
+    Delta::of(text, capture)
 }
 
 fn error_message(v: &serde_json::Value) -> String {
@@ -315,7 +312,7 @@ mod tests {
         );
         assert_eq!(
             kinds(r#"{"choices":[{"delta":{"content":"h\u00e9"}}]}"#),
-            vec![EventKind::Content(Delta { bytes: 3, text: Some("hé".into()) })]
+            vec![EventKind::Content(Delta::text("hé"))]
         );
     }
 
@@ -326,12 +323,7 @@ mod tests {
         );
         assert_eq!(
             k,
-            vec![EventKind::Usage(Usage {
-                prompt_tokens: Some(32),
-                completion_tokens: Some(4),
-                cached_tokens: Some(24),
-                reasoning_tokens: None
-            })]
+            vec![EventKind::Usage(Usage::tokens(Some(32), Some(4)).with_cached(Some(24)))]
         );
     }
 

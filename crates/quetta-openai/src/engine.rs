@@ -223,7 +223,7 @@ impl OpenAiEngine {
         if let (Some(h), Some(sid)) = (&self.session_header, &req.session_id) {
             r = r.header(h, sid.as_str());
         }
-        for (k, v) in &req.extra_headers {
+        for (k, v) in &req.params.extra_headers {
             r = r.header(k.as_str(), v.as_str());
         }
         r.body(Full::new(Bytes::from(body)))
@@ -279,19 +279,19 @@ pub fn request_body(cfg: &OpenAiConfig, req: &EngineRequest) -> Result<Value, En
     if let Some(n) = req.min_tokens {
         b.insert("min_tokens".into(), json!(n));
     }
-    if let Some(t) = req.sampling.temperature {
+    if let Some(t) = req.params.sampling.temperature {
         b.insert("temperature".into(), json!(t));
     }
-    if let Some(p) = req.sampling.top_p {
+    if let Some(p) = req.params.sampling.top_p {
         b.insert("top_p".into(), json!(p));
     }
-    if let Some(s) = req.sampling.seed {
+    if let Some(s) = req.params.sampling.seed {
         b.insert("seed".into(), json!(s));
     }
     if let (Some(sid), Some(field)) = (&req.session_id, &cfg.session_body_field) {
         b.insert(field.clone(), Value::String(sid.clone()));
     }
-    for (k, v) in &req.extra_body {
+    for (k, v) in &req.params.extra_body {
         b.insert(k.clone(), v.clone());
     }
     Ok(Value::Object(b))
@@ -377,7 +377,10 @@ mod tests {
         r.max_tokens = Some(16);
         r.ignore_eos = true;
         r.min_tokens = Some(16);
-        r.sampling.seed = Some(42);
+        r.params = std::sync::Arc::new(quetta_engine::RequestParams {
+            sampling: quetta_engine::Sampling { seed: Some(42), ..Default::default() },
+            ..Default::default()
+        });
         r.session_id = Some("s1".into());
         let b = e.body(&r).unwrap();
         assert_eq!(b["prompt"], json!([1, 2, 3]));

@@ -36,8 +36,10 @@ async fn chat_and_completions_against_real_llama_cpp() {
     req.max_tokens = Some(12);
     req.ignore_eos = true;
     req.capture_text = true;
-    req.sampling.seed = Some(1);
+    std::sync::Arc::make_mut(&mut req.params).sampling.seed = Some(1);
     let ev = collect(&chat, req).await;
+    // the real server's answer, through the adapter, keeps the engine contract
+    quetta_engine::testing::check_contract(&ev).unwrap();
     assert!(matches!(ev[0].kind, EventKind::RequestWritten), "{:?}", ev[0]);
     assert!(matches!(ev[1].kind, EventKind::Headers { status: 200, .. }), "{:?}", ev[1]);
     assert!(

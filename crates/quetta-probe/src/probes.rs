@@ -98,7 +98,16 @@ impl ProbeContext {
         let mut r = EngineRequest::new(id, prompt);
         r.max_tokens = Some(max_tokens);
         r.ignore_eos = true;
-        r.sampling.temperature = Some(0.0);
+        // greedy decoding, shared by every probe request
+        static GREEDY: std::sync::OnceLock<Arc<quetta_engine::RequestParams>> =
+            std::sync::OnceLock::new();
+        r.params = GREEDY
+            .get_or_init(|| {
+                let mut p = quetta_engine::RequestParams::default();
+                p.sampling.temperature = Some(0.0);
+                Arc::new(p)
+            })
+            .clone();
         r
     }
 

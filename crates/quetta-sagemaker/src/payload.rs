@@ -42,13 +42,13 @@ pub(crate) fn jumpstart_body(req: &EngineRequest) -> Result<Value, EngineError> 
     if let Some(n) = req.max_tokens {
         params.insert("max_new_tokens".into(), json!(n));
     }
-    if let Some(t) = req.sampling.temperature {
+    if let Some(t) = req.params.sampling.temperature {
         params.insert("temperature".into(), json!(t));
     }
-    if let Some(p) = req.sampling.top_p {
+    if let Some(p) = req.params.sampling.top_p {
         params.insert("top_p".into(), json!(p));
     }
-    if let Some(s) = req.sampling.seed {
+    if let Some(s) = req.params.sampling.seed {
         params.insert("seed".into(), json!(s));
     }
     if req.ignore_eos {
@@ -57,7 +57,7 @@ pub(crate) fn jumpstart_body(req: &EngineRequest) -> Result<Value, EngineError> 
     params.insert("details".into(), json!(true));
     let mut b =
         json!({"inputs": prompt_text(&req.prompt)?, "parameters": params, "stream": req.stream});
-    for (k, v) in &req.extra_body {
+    for (k, v) in &req.params.extra_body {
         b[k] = v.clone();
     }
     Ok(b)
@@ -136,8 +136,9 @@ impl JsonLines {
         let special = v.pointer("/token/special").and_then(Value::as_bool).unwrap_or(false);
         let text = v.pointer(&self.pointer).and_then(Value::as_str).unwrap_or("");
         if !text.is_empty() && !special {
-            let text = if self.capture { Some(text.to_owned()) } else { None };
-            out(EventKind::Content(Delta { bytes: text_len(v, &self.pointer), text }));
+            let mut d = Delta::of(text, self.capture);
+            d.bytes = text_len(v, &self.pointer);
+            out(EventKind::Content(d));
         } else {
             out(EventKind::Empty);
         }
@@ -145,7 +146,7 @@ impl JsonLines {
             self.finish = Some(f.to_owned());
         }
         if let Some(n) = v.pointer("/details/generated_tokens").and_then(Value::as_u64) {
-            out(EventKind::Usage(Usage { completion_tokens: Some(n), ..Usage::default() }));
+            out(EventKind::Usage(Usage::tokens(None, Some(n))));
         }
         Ok(())
     }
@@ -229,8 +230,7 @@ mod tests {
         assert_eq!(text, "Hello");
         assert_eq!(d.finish_reason().as_deref(), Some("length"));
         assert!(d.is_complete());
-        assert!(ev
-            .contains(&EventKind::Usage(Usage { completion_tokens: Some(3), ..Usage::default() })));
+        assert!(ev.contains(&EventKind::Usage(Usage::tokens(None, Some(3)))));
     }
 
     #[test]

@@ -68,20 +68,20 @@ pub fn body(req: &EngineRequest) -> Result<Value, EngineError> {
     if let Some(n) = req.max_tokens {
         gen.insert("maxOutputTokens".into(), json!(n));
     }
-    if let Some(t) = req.sampling.temperature {
+    if let Some(t) = req.params.sampling.temperature {
         gen.insert("temperature".into(), json!(t));
     }
-    if let Some(p) = req.sampling.top_p {
+    if let Some(p) = req.params.sampling.top_p {
         gen.insert("topP".into(), json!(p));
     }
-    if let Some(s) = req.sampling.seed {
+    if let Some(s) = req.params.sampling.seed {
         gen.insert("seed".into(), json!(s));
     }
     let mut b = json!({"contents": contents, "generationConfig": gen});
     if !system.is_empty() {
         b["systemInstruction"] = json!({"parts": system});
     }
-    for (k, v) in &req.extra_body {
+    for (k, v) in &req.params.extra_body {
         b[k] = v.clone();
     }
     Ok(b)
@@ -136,10 +136,7 @@ impl GeminiDecoder {
             for p in
                 c.pointer("/content/parts").and_then(Value::as_array).map_or(&[][..], Vec::as_slice)
             {
-                let d = |t: &str| Delta {
-                    bytes: u32::try_from(t.len()).unwrap_or(u32::MAX),
-                    text: self.capture.then(|| t.to_owned()),
-                };
+                let d = |t: &str| Delta::of(t, self.capture);
                 if let Some(t) = p.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
                     if p.get("thought").and_then(Value::as_bool).unwrap_or(false) {
                         out(EventKind::Reasoning(d(t)));
@@ -161,15 +158,15 @@ impl GeminiDecoder {
         }
         if let Some(u) = v.get("usageMetadata") {
             let n = |k: &str| u.get(k).and_then(Value::as_u64);
-            out(EventKind::Usage(Usage {
-                prompt_tokens: n("promptTokenCount"),
-                completion_tokens: match (n("candidatesTokenCount"), n("thoughtsTokenCount")) {
-                    (Some(a), Some(b)) => Some(a + b),
-                    (a, b) => a.or(b),
-                },
-                cached_tokens: n("cachedContentTokenCount"),
-                reasoning_tokens: n("thoughtsTokenCount"),
-            }));
+            let completion = match (n("candidatesTokenCount"), n("thoughtsTokenCount")) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                (a, b) => a.or(b),
+            };
+            out(EventKind::Usage(
+                Usage::tokens(n("promptTokenCount"), completion)
+                    .with_cached(n("cachedContentTokenCount"))
+                    .with_reasoning(n("thoughtsTokenCount")),
+            ));
         }
         Ok(())
     }

@@ -235,11 +235,11 @@ impl VertexEngine {
                 if let Some(n) = req.max_tokens {
                     inst["max_tokens"] = json!(n);
                 }
-                if let Some(t) = req.sampling.temperature {
+                if let Some(t) = req.params.sampling.temperature {
                     inst["temperature"] = json!(t);
                 }
                 let mut b = json!({"instances": [inst]});
-                for (k, v) in &req.extra_body {
+                for (k, v) in &req.params.extra_body {
                     b[k] = v.clone();
                 }
                 Ok(b)
@@ -262,7 +262,7 @@ impl VertexEngine {
             .header(CONTENT_TYPE, "application/json")
             .header(AUTHORIZATION, auth)
             .header("x-quetta-request-id", req.request_id);
-        for (k, v) in &req.extra_headers {
+        for (k, v) in &req.params.extra_headers {
             r = r.header(k.as_str(), v.as_str());
         }
         r.body(Full::new(Bytes::from(body)))
@@ -316,8 +316,7 @@ impl BodyDecoder for Predictions {
                     .find_map(|k| p.get(*k).and_then(Value::as_str))
             })
             .unwrap_or("");
-        let bytes = u32::try_from(text.len()).unwrap_or(u32::MAX);
-        out(EventKind::Content(Delta { bytes, text: self.capture.then(|| text.to_owned()) }));
+        out(EventKind::Content(Delta::of(text, self.capture)));
         Ok(())
     }
     fn is_done(&self) -> bool {
