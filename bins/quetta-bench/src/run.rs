@@ -1279,10 +1279,8 @@ async fn run(
         summary.server_metrics = serde_json::to_value(&r).ok();
     }
     if let Some(g) = gpu_report {
-        let per_token = g.energy_per_token_j(summary.metrics.total_output_tokens);
-        let mut v = serde_json::to_value(&g).unwrap_or_default();
-        v["energy_per_output_token_j"] = serde_json::json!(per_token);
-        summary.gpu = Some(v);
+        let g = g.with_output_tokens(summary.metrics.total_output_tokens);
+        summary.gpu = serde_json::to_value(&g).ok();
     }
     if let Some(c) = session_counts {
         if c.failed > 0 {

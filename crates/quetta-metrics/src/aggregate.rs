@@ -216,8 +216,8 @@ impl TurnAgg {
             cached_tokens_mean: mean(cached_sum, cached_n),
             new_prefill_tokens_mean: (cached_n > 0)
                 .then(|| round3(cached_input.saturating_sub(cached_sum) as f64 / cached_n as f64)),
-            cache_hit_rate: (cached_input > 0)
-                .then(|| round3(cached_sum as f64 / cached_input as f64 * 1e3) / 1e3),
+            cache_hit_rate: crate::telemetry::hit_rate(cached_sum as f64, cached_input as f64)
+                .map(|r| (r * 1e6).round() / 1e6),
             cached_token_source: match src {
                 Some(CachedSource::Usage) => "usage",
                 Some(CachedSource::Estimate) => "estimate",
@@ -383,8 +383,12 @@ pub struct MetricsSummary {
     pub ttft_from_intended_ms: Stats,
     pub e2e_from_intended_ms: Stats,
     pub errors: BTreeMap<String, u64>,
+    /// Goodput of the per-request thresholds of `--slo` (none without them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<Goodput>,
+    /// The run-level objectives of `--slo` (`ttft:p99<500ms`), each evaluated as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_verdict: Option<crate::slo::SloVerdict>,
     /// Multi-turn runs: one entry per turn index, in order (empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_turn: Vec<TurnSummary>,
@@ -489,14 +493,12 @@ impl Aggregate {
                 self.dist(m).add(v);
             }
         }
-        if !r.itl_ms.is_empty() {
-            let mut sum = 0.0;
-            let itl = self.dist(Metric::Itl);
-            for &g in &r.itl_ms {
-                itl.add(g);
-                sum += g;
-            }
-            self.dist(Metric::ItlRequestMean).add(sum / r.itl_ms.len() as f64);
+        let itl = self.dist(Metric::Itl);
+        for &g in &r.itl_ms {
+            itl.add(g);
+        }
+        if let Some(m) = r.itl_mean_ms() {
+            self.dist(Metric::ItlRequestMean).add(m);
         }
         if let (TokenSource::Usage, Some(n)) = (r.input_token_source, r.input_tokens) {
             self.prompt_delta_sum += n as i64 - i64::from(r.planned_input_tokens);
@@ -581,8 +583,8 @@ impl Aggregate {
         let per_s = |x: f64| if dur > 0.0 { (x / dur * 1e3).round() / 1e3 } else { 0.0 };
         let s = |m| self.stats(m, extra_percentiles);
         let measured = self.completed + self.failed;
-        let goodput = self.slos.as_ref().map(|slos| Goodput {
-            slo: slos.to_string(),
+        let goodput = self.slos.as_ref().filter(|s| s.has_per_request()).map(|slos| Goodput {
+            slo: SloSet(slos.per_request().map(|(_, s)| *s).collect()).to_string(),
             request_rate: per_s(self.slo_met_all as f64),
             requests_meeting_all: self.slo_met_all,
             share_meeting_all: if measured > 0 {
@@ -591,10 +593,9 @@ impl Aggregate {
                 0.0
             },
             share_meeting: slos
-                .0
-                .iter()
-                .zip(&self.slo_met)
-                .map(|(o, &n)| {
+                .per_request()
+                .map(|(i, o)| (o, self.slo_met[i]))
+                .map(|(o, n)| {
                     (
                         o.metric.name().to_owned(),
                         if measured > 0 { n as f64 / measured as f64 } else { 0.0 },
@@ -636,6 +637,7 @@ impl Aggregate {
             e2e_from_intended_ms: s(Metric::E2eFromIntended),
             errors: self.errors.clone(),
             goodput,
+            slo_verdict: self.slos.as_ref().and_then(|s| s.verdict(self)),
             per_turn: self.per_turn.iter().map(|(t, a)| a.summary(*t, extra_percentiles)).collect(),
         }
     }
@@ -899,6 +901,34 @@ mod tests {
         let json = serde_json::to_string(&a).unwrap();
         let back: Aggregate = serde_json::from_str(&json).unwrap();
         assert_eq!(back.summary(&[75.0]), s);
+    }
+
+    /// One grammar, both kinds: per-request thresholds count towards goodput, run-level
+    /// objectives are evaluated on the run's percentiles, each as written.
+    #[test]
+    fn per_request_thresholds_and_run_level_objectives() {
+        let slos: SloSet = "ttft:60ms,ttft:p50<60ms,ttft:p99<60ms".parse().unwrap();
+        let mut a = Aggregate::new(Some(slos));
+        for i in 1..=100 {
+            a.add(&rec(i, i, false));
+        }
+        let s = a.summary(&[]);
+        let g = s.goodput.unwrap();
+        assert_eq!(g.slo, "ttft:60ms");
+        assert_eq!(g.requests_meeting_all, 60, "TTFT 1..=60 ms meet the per-request bound");
+        let v = s.slo_verdict.unwrap();
+        assert_eq!(v.slo, "ttft:p50<60ms,ttft:p99<60ms");
+        assert!(!v.pass);
+        assert!(v.objectives[0].pass, "{:?}", v.objectives[0]);
+        assert!((v.objectives[0].value_ms.unwrap() - 50.0).abs() < 0.1);
+        assert!(!v.objectives[1].pass);
+        assert!((v.objectives[1].value_ms.unwrap() - 99.0).abs() < 0.1);
+        // only run-level objectives: no goodput, a verdict
+        let mut b = Aggregate::new(Some("e2e:p90<1s".parse().unwrap()));
+        b.add(&rec(0, 10, false));
+        let s = b.summary(&[]);
+        assert!(s.goodput.is_none());
+        assert!(s.slo_verdict.unwrap().pass);
     }
 
     #[test]

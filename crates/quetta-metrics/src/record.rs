@@ -252,6 +252,14 @@ impl RequestRecord {
         }
     }
 
+    /// The request's mean gap between token-bearing chunks (ms): the one definition of
+    /// `itl_mean` (the per-request mean ITL; `itl` is every gap, pooled over the run).
+    /// `None` without gaps (one chunk, or not streamed).
+    pub fn itl_mean_ms(&self) -> Option<f64> {
+        (!self.itl_ms.is_empty())
+            .then(|| self.itl_ms.iter().sum::<f64>() / self.itl_ms.len() as f64)
+    }
+
     /// Whether the request completed.
     pub fn ok(&self) -> bool {
         self.error_kind.is_none()

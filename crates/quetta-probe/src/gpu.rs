@@ -10,25 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-/// One reading of one GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct GpuSample {
-    pub t_ms: f64,
-    pub gpu: u32,
-    pub power_w: Option<f64>,
-    /// The driver's energy counter (millijoules since the driver loaded; Volta and newer).
-    pub energy_mj: Option<u64>,
-    pub sm_util_pct: Option<u32>,
-    pub mem_util_pct: Option<u32>,
-    pub mem_used_mib: Option<u64>,
-    pub sm_clock_mhz: Option<u32>,
-    pub mem_clock_mhz: Option<u32>,
-    pub temperature_c: Option<u32>,
-    /// NVML's throttle-reason bit mask (0: not throttled).
-    pub throttle_reasons: Option<u64>,
-}
+pub use quetta_metrics::telemetry::{DeviceReport, EnergySource, GpuReport, GpuSample};
 
 /// Something that reads GPUs.
 pub trait GpuSource: Send {
@@ -148,102 +130,9 @@ impl GpuSource for FakeGpu {
     }
 }
 
-/// One GPU over the sampled window.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct DeviceReport {
-    pub gpu: u32,
-    pub name: String,
-    pub samples: u64,
-    pub avg_power_w: Option<f64>,
-    pub max_power_w: Option<f64>,
-    /// Energy over the window, in joules.
-    pub energy_j: Option<f64>,
-    /// `counter` (the driver's energy counter) or `integrated` (power × time).
-    pub energy_source: &'static str,
-    pub avg_sm_util_pct: Option<f64>,
-    pub max_mem_used_mib: Option<u64>,
-    pub max_temperature_c: Option<u32>,
-    /// Samples taken while a throttle reason other than idle was set.
-    pub throttled_samples: u64,
-}
-
-/// Every GPU over the sampled window.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct GpuReport {
-    pub interval_ms: f64,
-    pub window_s: f64,
-    pub devices: Vec<DeviceReport>,
-    /// Sums over the devices.
-    pub avg_power_w: Option<f64>,
-    pub energy_j: Option<f64>,
-}
-
-impl GpuReport {
-    /// Joules per output token, given the run's output tokens.
-    pub fn energy_per_token_j(&self, output_tokens: u64) -> Option<f64> {
-        self.energy_j.filter(|_| output_tokens > 0).map(|e| e / output_tokens as f64)
-    }
-}
-
-/// Fold samples (in time order) into a report.
+/// Fold samples (in time order) into a report (the definition lives in `quetta-metrics`).
 pub fn report(names: &[String], samples: &[GpuSample], interval: Duration) -> GpuReport {
-    let mut devices = Vec::new();
-    let mut window_s: f64 = 0.0;
-    for (gpu, name) in names.iter().enumerate() {
-        let s: Vec<&GpuSample> = samples.iter().filter(|x| x.gpu == gpu as u32).collect();
-        let powers: Vec<(f64, f64)> =
-            s.iter().filter_map(|x| x.power_w.map(|p| (x.t_ms, p))).collect();
-        let span_s = match (s.first(), s.last()) {
-            (Some(a), Some(b)) => (b.t_ms - a.t_ms) / 1e3,
-            _ => 0.0,
-        };
-        window_s = window_s.max(span_s);
-        let avg = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-        // Trapezoids between consecutive power readings.
-        let integrated: f64 =
-            powers.windows(2).map(|w| (w[1].0 - w[0].0) / 1e3 * (w[0].1 + w[1].1) / 2.0).sum();
-        let counter =
-            match (s.first().and_then(|x| x.energy_mj), s.last().and_then(|x| x.energy_mj)) {
-                (Some(a), Some(b)) if b >= a && s.len() > 1 => Some((b - a) as f64 / 1e3),
-                _ => None,
-            };
-        let (energy_j, energy_source) = match counter {
-            Some(e) => (Some(e), "counter"),
-            None if powers.len() > 1 => (Some(integrated), "integrated"),
-            None => (None, "none"),
-        };
-        const IDLE: u64 = 0x1; // nvmlClocksThrottleReasonGpuIdle
-        devices.push(DeviceReport {
-            gpu: gpu as u32,
-            name: name.clone(),
-            samples: s.len() as u64,
-            avg_power_w: avg(&powers.iter().map(|p| p.1).collect::<Vec<_>>()),
-            max_power_w: powers.iter().map(|p| p.1).reduce(f64::max),
-            energy_j,
-            energy_source,
-            avg_sm_util_pct: avg(&s
-                .iter()
-                .filter_map(|x| x.sm_util_pct.map(f64::from))
-                .collect::<Vec<_>>()),
-            max_mem_used_mib: s.iter().filter_map(|x| x.mem_used_mib).max(),
-            max_temperature_c: s.iter().filter_map(|x| x.temperature_c).max(),
-            throttled_samples: s
-                .iter()
-                .filter(|x| x.throttle_reasons.is_some_and(|r| r & !IDLE != 0))
-                .count() as u64,
-        });
-    }
-    let sum = |f: fn(&DeviceReport) -> Option<f64>| {
-        let v: Vec<f64> = devices.iter().filter_map(f).collect();
-        (!v.is_empty()).then(|| v.iter().sum())
-    };
-    GpuReport {
-        interval_ms: interval.as_secs_f64() * 1e3,
-        window_s,
-        avg_power_w: sum(|d| d.avg_power_w),
-        energy_j: sum(|d| d.energy_j),
-        devices,
-    }
+    GpuReport::from_samples(names, samples, interval.as_secs_f64() * 1e3)
 }
 
 /// Samples GPUs on a thread of its own until finished.
@@ -309,40 +198,6 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn report_integrates_power_and_prefers_the_energy_counter() {
-        let s = |t: f64, gpu: u32, p: f64, e: Option<u64>| GpuSample {
-            t_ms: t,
-            gpu,
-            power_w: Some(p),
-            energy_mj: e,
-            sm_util_pct: Some(50),
-            throttle_reasons: Some(if t > 1500.0 { 0x4 } else { 0x1 }),
-            ..GpuSample::default()
-        };
-        // GPU 0: 100 W then 300 W over 2 s with no counter: 1 s at 200 W + 1 s at 300 W
-        // (trapezoids of 100→300 and 300→300) = 200 + 300 = 500 J.
-        // GPU 1: counter from 10,000 mJ to 460,000 mJ: 450 J.
-        let samples = vec![
-            s(0.0, 0, 100.0, None),
-            s(0.0, 1, 200.0, Some(10_000)),
-            s(1000.0, 0, 300.0, None),
-            s(1000.0, 1, 250.0, Some(250_000)),
-            s(2000.0, 0, 300.0, None),
-            s(2000.0, 1, 200.0, Some(460_000)),
-        ];
-        let r = report(&["a".into(), "b".into()], &samples, Duration::from_secs(1));
-        assert_eq!(r.devices[0].energy_source, "integrated");
-        assert!((r.devices[0].energy_j.unwrap() - 500.0).abs() < 1e-9);
-        assert_eq!(r.devices[1].energy_source, "counter");
-        assert!((r.devices[1].energy_j.unwrap() - 450.0).abs() < 1e-9);
-        assert!((r.energy_j.unwrap() - 950.0).abs() < 1e-9);
-        assert!((r.devices[0].avg_power_w.unwrap() - 700.0 / 3.0).abs() < 1e-9);
-        assert_eq!(r.devices[0].throttled_samples, 1, "idle is not throttling");
-        assert!((r.window_s - 2.0).abs() < 1e-9);
-        assert!((r.energy_per_token_j(950).unwrap() - 1.0).abs() < 1e-9);
-    }
 
     #[test]
     fn sampler_on_the_fake_gpu() {

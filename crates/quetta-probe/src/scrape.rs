@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::prom;
-use crate::server::{self, Delta, Reading};
+use crate::server::{self, Reading};
 
 /// What to scrape.
 #[derive(Debug, Clone)]
@@ -25,22 +25,8 @@ pub struct ScrapeConfig {
     pub series: Option<PathBuf>,
 }
 
-/// What the scrapes said about the run.
-#[derive(Debug, Clone, Serialize)]
-pub struct ScrapeReport {
-    pub url: String,
-    /// `vllm`, `sglang`, `llama.cpp`, `tgi` or `unknown`, by the metric names.
-    pub server: String,
-    pub scrapes: u64,
-    pub failed_scrapes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// From the first to the last successful scrape (seconds).
-    pub window_s: f64,
-    /// Per quantity: the increase over the window (counters, histogram sums and counts, with
-    /// the mean per event), or the last and largest value (gauges).
-    pub deltas: BTreeMap<&'static str, Delta>,
-}
+/// What the scrapes said about the run (the type lives in `quetta-metrics`).
+pub use quetta_metrics::ServerReport as ScrapeReport;
 
 #[derive(Serialize)]
 struct Line<'a> {
@@ -137,7 +123,10 @@ impl Scraper {
                 }
             }
             if let (Some(a), Some(b)) = (readings.first(), readings.last()) {
-                report.deltas = server::deltas(a, b, &readings);
+                report.deltas = server::deltas(a, b, &readings)
+                    .into_iter()
+                    .map(|(k, d)| (k.to_owned(), d))
+                    .collect();
             }
             if let (Some(a), Some(b)) = (first_t, last_t) {
                 report.window_s = b.saturating_sub(a).as_secs_f64();

@@ -193,20 +193,8 @@ pub fn read(e: &Exposition) -> BTreeMap<&'static str, Reading> {
     out
 }
 
-/// The change of one quantity over a run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Delta {
-    /// Counter: the increase. Histogram: the increase of `_sum`. Gauge: the last value.
-    pub delta: f64,
-    /// Histograms: the increase of `_count` and Δsum ÷ Δcount.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub count: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mean: Option<f64>,
-    /// Gauges: the largest value seen in any scrape.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max: Option<f64>,
-}
+/// The change of one quantity over a run (the type lives in `quetta-metrics`).
+pub use quetta_metrics::telemetry::ServerDelta as Delta;
 
 /// Deltas between a first and a last reading; gauges take their maximum over `all`.
 /// A counter that went down (a server restart) is reported as its last value, which is the

@@ -1,0 +1,109 @@
+//! Statistics over per-request values: the median, a two-sided Mann-Whitney U test and a
+//! bootstrap confidence interval of a difference of medians (what `compare` reports).
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use statrs::distribution::{ContinuousCDF, Normal};
+
+/// The median (the mean of the two middle values for an even count); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 { s[m] } else { f64::midpoint(s[m - 1], s[m]) })
+}
+
+/// Two-sided Mann-Whitney U test (normal approximation with tie correction): the p-value of
+/// "a and b come from the same distribution". 1.0 when either sample is empty or all values
+/// are tied.
+pub fn mann_whitney(a: &[f64], b: &[f64]) -> f64 {
+    let (n1, n2) = (a.len() as f64, b.len() as f64);
+    if a.is_empty() || b.is_empty() {
+        return 1.0;
+    }
+    let mut all: Vec<(f64, bool)> =
+        a.iter().map(|&x| (x, true)).chain(b.iter().map(|&x| (x, false))).collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let n = all.len();
+    let (mut r1, mut tie_term) = (0.0, 0.0);
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        // every value of a tie group takes the group's mean rank
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        r1 += rank * all[i..=j].iter().filter(|x| x.1).count() as f64;
+        let t = (j - i + 1) as f64;
+        tie_term += t * t * t - t;
+        i = j + 1;
+    }
+    let u1 = r1 - n1 * (n1 + 1.0) / 2.0;
+    let mu = n1 * n2 / 2.0;
+    let nn = n1 + n2;
+    let sigma = (n1 * n2 / 12.0 * ((nn + 1.0) - tie_term / (nn * (nn - 1.0)))).sqrt();
+    if sigma == 0.0 || !sigma.is_finite() {
+        return 1.0;
+    }
+    let z = (u1 - mu).abs() / sigma;
+    let norm = Normal::new(0.0, 1.0).expect("standard normal");
+    (2.0 * (1.0 - norm.cdf(z))).min(1.0)
+}
+
+/// A 95 % bootstrap interval of median(b) − median(a): `resamples` resamples of each side
+/// with replacement, from a ChaCha8 stream seeded with `seed` (the same inputs give the same
+/// interval). `None` when either side is empty.
+pub fn bootstrap_median_delta(
+    a: &[f64],
+    b: &[f64],
+    resamples: usize,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    if a.is_empty() || b.is_empty() || resamples == 0 {
+        return None;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut ra = vec![0.0; a.len()];
+    let mut rb = vec![0.0; b.len()];
+    let mut d: Vec<f64> = (0..resamples)
+        .map(|_| {
+            for x in &mut ra {
+                *x = a[rng.gen_range(0..a.len())];
+            }
+            for x in &mut rb {
+                *x = b[rng.gen_range(0..b.len())];
+            }
+            median(&rb).unwrap_or(0.0) - median(&ra).unwrap_or(0.0)
+        })
+        .collect();
+    d.sort_by(f64::total_cmp);
+    let at = |q: f64| d[((resamples as f64 * q) as usize).min(resamples - 1)];
+    Some((at(0.025), at(0.975)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mann_whitney_and_bootstrap() {
+        let a: Vec<f64> = (0..200).map(|i| 100.0 + f64::from(i % 10)).collect();
+        assert!(mann_whitney(&a, &a) > 0.9);
+        let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
+        assert!(mann_whitney(&a, &b) < 1e-6);
+        let (lo, hi) = bootstrap_median_delta(&a, &b, 1000, 42).unwrap();
+        assert!(lo > 15.0 && hi < 25.0, "[{lo}, {hi}]");
+        assert_eq!(bootstrap_median_delta(&a, &b, 1000, 42), Some((lo, hi)), "seeded");
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(mann_whitney(&[], &a), 1.0);
+        // by hand: a = [1, 2, 4], b = [3, 5, 6]: R1 = 7, U1 = 1, mean 4.5, sd sqrt(5.25), z = 1.5275, p = 0.1266
+        let p = mann_whitney(&[1.0, 2.0, 4.0], &[3.0, 5.0, 6.0]);
+        assert!((p - 0.1266).abs() < 1e-3, "{p}");
+    }
+}
