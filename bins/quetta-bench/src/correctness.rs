@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use quetta_engine::{Engine, Message, Prompt};
-use quetta_loadgen::{Observer, RunConfig, RunControl};
+use quetta_loadgen::{Observer, RunConfig};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 use quetta_workload::{PlannedRequest, Workload};
@@ -184,15 +184,13 @@ pub fn main(a: CorrectnessArgs) -> Result<ExitCode> {
         Arc::make_mut(&mut rc.params).sampling.temperature = Some(0.0);
         rc.seed = a.seed;
         let collect = Arc::new(Collect(Mutex::new(Vec::new())));
-        let out = quetta_loadgen::run(
-            engine,
-            Box::new(Numbers { numbers: numbers.clone(), max_tokens: a.max_tokens }),
-            rc,
-            None,
-            vec![collect.clone()],
-            RunControl::new(),
-        )
-        .await?;
+        let out = quetta_loadgen::Runner::new(engine, rc)
+            .observer(collect.clone())
+            .run(quetta_loadgen::Work::Requests(Box::new(Numbers {
+                numbers: numbers.clone(),
+                max_tokens: a.max_tokens,
+            })))
+            .await?;
         let recs = collect.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let (mut ok, mut wrong, mut failed) = (0u64, 0u64, 0u64);
         let mut examples = Vec::new();

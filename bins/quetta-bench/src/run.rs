@@ -936,6 +936,8 @@ async fn run(
         capture_text: false,
         retries: a.retries,
         retry_backoff: a.retry_backoff,
+        timeouts: Timeouts::default(),
+        stop_on_saturation: false,
         before_measured: None,
     };
     let session_cfg = match &sessions {
@@ -1193,7 +1195,6 @@ async fn run(
             series: Some(out_dir.join("server_metrics.jsonl")),
         })
     });
-    let saturation = a.stop_on_saturation.then(|| spawn_saturation_watch(control.clone()));
     let mut gpu_note = None;
     let gpu = if a.gpu_telemetry {
         match quetta_probe::gpu::open_nvml() {
@@ -1211,35 +1212,23 @@ async fn run(
     } else {
         None
     };
-    let sink = Some(Box::new(JsonlSink::new(file)) as Box<dyn quetta_loadgen::RecordSink>);
-    let (outcome, session_counts) = match (sessions, session_cfg) {
-        (Some((src, _, _)), Some(sc)) => {
-            let (o, c) =
-                quetta_loadgen::run_sessions(engine, src, cfg, sc, sink, vec![], control.clone())
-                    .await
-                    .context("the run")?;
-            (o, Some(c))
-        }
-        _ => (
-            quetta_loadgen::run(engine, workload, cfg, sink, vec![], control.clone())
-                .await
-                .context("the run")?,
-            None,
-        ),
+    cfg.stop_on_saturation = a.stop_on_saturation;
+    let work = match (sessions, session_cfg) {
+        (Some((src, _, _)), Some(sc)) => quetta_loadgen::Work::Sessions { source: src, config: sc },
+        _ => quetta_loadgen::Work::Requests(workload),
     };
+    let outcome = quetta_loadgen::Runner::new(engine, cfg)
+        .sink(Box::new(JsonlSink::new(file)))
+        .control(control.clone())
+        .run(work)
+        .await
+        .context("the run")?;
+    let session_counts = outcome.sessions.clone();
     if let Some(p) = progress {
         p.abort();
         eprint!("\r\x1b[2K");
     }
-    // The watch returns true only when it stopped this run itself.
-    let stopped_on_saturation = match saturation {
-        Some(h) if h.is_finished() => h.await.unwrap_or(false),
-        Some(h) => {
-            h.abort();
-            false
-        }
-        None => false,
-    };
+    let stopped_on_saturation = outcome.stopped_on_saturation;
     let server_report = match scraper {
         Some(s) => Some(s.finish().await),
         None => None,
@@ -1545,32 +1534,6 @@ fn dry_run_sessions(
         println!("note       {note}");
     }
     ExitCode::SUCCESS
-}
-
-/// Sample requests in flight every second; after 10 s, stop the run when the mean of the
-/// last third of the samples exceeds 1.5 × the first third's (and by at least 4) and is
-/// still rising: an open loop the server cannot keep up with.
-fn spawn_saturation_watch(control: Arc<RunControl>) -> tokio::task::JoinHandle<bool> {
-    tokio::spawn(async move {
-        let mut v: Vec<f64> = Vec::new();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            v.push(control.progress.in_flight.load(Ordering::Relaxed) as f64);
-            if v.len() < 10 {
-                continue;
-            }
-            let third = v.len() / 3;
-            let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
-            let (first, last) = (mean(&v[..third]), mean(&v[v.len() - third..]));
-            let rising = v[v.len() - 1] >= v[v.len() - third];
-            if last > first * 1.5 && last - first >= 4.0 && rising {
-                eprintln!("\nover-saturated: requests in flight rose from {first:.1} to {last:.1}; stopping (--stop-on-saturation)");
-                control.stop();
-                return true;
-            }
-        }
-    })
 }
 
 fn spawn_progress(control: Arc<RunControl>) -> tokio::task::JoinHandle<()> {

@@ -1,7 +1,8 @@
 //! `quetta-loadgen`: the embeddable load generator.
 //!
-//! It owns time. Given an [`Engine`], a [`Workload`] and a [`RunConfig`], [`run`] sends
-//! exactly the load asked for and turns every request into one
+//! It owns time. A [`Runner`] takes an engine (`quetta_engine::Engine`), a [`RunConfig`]
+//! and the [`Work`] to send — requests from a workload (`quetta_workload::Workload`), or
+//! multi-turn sessions — sends exactly the load asked for and turns every request into one
 //! [`RequestRecord`](quetta_metrics::RequestRecord):
 //!
 //! - **closed loop** (`Load::Closed`): N workers, each sends its next request when its
@@ -19,16 +20,46 @@
 //! records, appends them to the sink as they arrive (so nothing measured is lost), folds
 //! them into the aggregate and calls observers; workers never wait for it, nor wake it: it
 //! polls the channel (every 0.5 ms while records come, backing off to 16 ms when idle).
+//!
+//! Around every policy: warmup, a hook before the measured phase, the count or duration
+//! stop, the bounded drain, Ctrl-C ([`RunControl::stop`]), per-phase timeouts around any
+//! engine ([`WithTimeouts`]), stop-on-saturation ([`policy`]) and the client's own CPU and
+//! memory over the run ([`usage`]). [`RunConfig::intended_offsets`] is the one schedule the
+//! run and a dry run both use.
+//!
+//! ```no_run
+//! # async fn demo(engine: std::sync::Arc<dyn quetta_engine::Engine>) {
+//! use quetta_loadgen::{RunConfig, Runner, Work};
+//! use quetta_workload::synthetic::SyntheticSpec;
+//!
+//! let workload = SyntheticSpec {
+//!     input_len: 128, input_stddev: 0.0, output_len: 64, output_stddev: 0.0, chat: true, seed: 0,
+//! };
+//! // 8 requests in flight, 100 requests
+//! let out = Runner::new(engine, RunConfig::closed(8, 100))
+//!     .run(Work::Requests(Box::new(workload)))
+//!     .await
+//!     .unwrap();
+//! println!("{} completed, TTFT p99 {:?} ms", out.aggregate.completed,
+//!     out.aggregate.summary(&[]).ttft_ms.p99);
+//! # }
+//! ```
 
+mod config;
+pub mod policy;
 mod recorder;
 mod runner;
 mod sessions;
+mod timeouts;
 mod timer;
+pub mod usage;
 mod worker;
 
+pub use config::{Load, RunConfig};
 pub use recorder::{JsonlSink, Observer, RecordSink};
 pub use runner::{
-    run, BeforeMeasured, Load, Progress, RunConfig, RunControl, RunError, RunOutcome,
+    BeforeMeasured, HookFuture, Progress, RunControl, RunError, RunOutcome, Runner, Work,
 };
-pub use sessions::{run_sessions, History, Pacing, SessionConfig, SessionCounts, ThinkTime};
+pub use sessions::{History, Pacing, SessionConfig, SessionCounts, ThinkTime};
+pub use timeouts::WithTimeouts;
 pub use worker::{execute, observe};

@@ -1,30 +1,21 @@
-//! Load policies: closed loop and open loop, warmup, stop conditions and drain.
+//! The runner: one [`Runner`] for request workloads and sessions; closed and open loop,
+//! warmup, stop conditions, drain and the policies around them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use quetta_engine::{Engine, EngineRequest, RequestParams};
-use quetta_metrics::{Aggregate, Observation, SloSet};
-use quetta_workload::arrival::{Arrival, Schedule};
+use quetta_engine::{Engine, EngineRequest};
+use quetta_metrics::{Aggregate, ClientStats, Observation};
+use quetta_workload::session::SessionSource;
 use quetta_workload::{PlannedRequest, Workload};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
+use crate::config::{Load, RunConfig};
 use crate::recorder::{self, Observer, RecordSink};
+use crate::sessions::{SessionConfig, SessionCounts};
 use crate::worker::{begin, observe, Guard};
-
-/// How load is applied.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Load {
-    /// Keep `concurrency` requests in flight.
-    Closed { concurrency: usize },
-    /// Send at `rate` requests per second following `arrival`, optionally capped.
-    Open { rate: f64, arrival: Arrival, max_concurrency: Option<usize> },
-    /// Send request `i` at `offsets[i]` (trace replay), optionally capped.
-    Scheduled { offsets: std::sync::Arc<Vec<Duration>>, max_concurrency: Option<usize> },
-}
 
 /// The future a [`BeforeMeasured`] hook returns.
 pub type HookFuture =
@@ -44,107 +35,6 @@ impl std::fmt::Debug for BeforeMeasured {
 impl BeforeMeasured {
     pub(crate) async fn call(&self) -> Result<(), RunError> {
         (self.0)().await.map_err(RunError::BeforeMeasured)
-    }
-}
-
-/// What one run does.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    pub load: Load,
-    /// Stop after this many measured requests.
-    pub num_requests: Option<u64>,
-    /// Stop sending after this long (measured phase).
-    pub duration: Option<Duration>,
-    /// Requests sent first and left out of the results.
-    pub warmup: u64,
-    /// How long requests in flight may finish after the last send before they are cancelled.
-    pub drain_timeout: Duration,
-    /// Seed of the arrival process.
-    pub seed: u64,
-    pub slos: Option<SloSet>,
-    /// Stream responses (the default); when false, TTFT equals E2E.
-    pub stream: bool,
-    /// Ask the server to ignore end-of-sequence.
-    pub ignore_eos: bool,
-    /// Ask for exactly the planned output length (`min_tokens = max_tokens` and `ignore_eos`).
-    pub exact_output_length: bool,
-    /// Sampling, extra body fields and extra headers: shared by every request of the run.
-    pub params: Arc<RequestParams>,
-    /// Keep generated text in the records.
-    pub capture_text: bool,
-    /// Send a failed request again up to this many times (0: never). Only failures before
-    /// any token are retried: connect errors, HTTP 429 and 5xx, connections closed before
-    /// the answer, connect and first-byte timeouts.
-    pub retries: u32,
-    /// First wait before a retry; it doubles with each attempt (at most 30 s), and a
-    /// server's `Retry-After` takes precedence.
-    pub retry_backoff: Duration,
-    /// Run after the warmup, before the measured phase starts.
-    pub before_measured: Option<BeforeMeasured>,
-}
-
-impl RunConfig {
-    /// A closed-loop run of `n` requests at `concurrency`, with defaults for the rest.
-    pub fn closed(concurrency: usize, n: u64) -> Self {
-        Self {
-            load: Load::Closed { concurrency },
-            num_requests: Some(n),
-            duration: None,
-            warmup: 0,
-            drain_timeout: Duration::from_secs(30),
-            seed: 0,
-            slos: None,
-            stream: true,
-            ignore_eos: false,
-            exact_output_length: false,
-            params: Arc::default(),
-            capture_text: false,
-            retries: 0,
-            retry_backoff: Duration::from_millis(500),
-            before_measured: None,
-        }
-    }
-
-    /// An open-loop run of `n` requests at `rate`, with defaults for the rest.
-    pub fn open(rate: f64, arrival: Arrival, n: u64) -> Self {
-        Self { load: Load::Open { rate, arrival, max_concurrency: None }, ..Self::closed(1, n) }
-    }
-
-    fn validate(&self) -> Result<(), RunError> {
-        let bad = |m: &str| Err(RunError::Config(m.to_owned()));
-        match self.load {
-            Load::Closed { concurrency: 0 } => return bad("concurrency must be at least 1"),
-            Load::Open { rate, .. } if !(rate.is_finite() && rate > 0.0) => {
-                return bad("request rate must be a positive number of requests per second")
-            }
-            Load::Open { max_concurrency: Some(0), .. } => {
-                return bad("max concurrency must be at least 1")
-            }
-            _ => {}
-        }
-        if self.num_requests.is_none() && self.duration.is_none() {
-            return bad("give a number of requests or a duration");
-        }
-        if self.num_requests == Some(0) {
-            return bad("number of requests must be at least 1");
-        }
-        if self.duration.is_some_and(|d| d.is_zero()) {
-            return bad("duration must be positive");
-        }
-        Ok(())
-    }
-
-    pub(crate) fn engine_request(&self, id: u64, p: PlannedRequest) -> EngineRequest {
-        let mut r = EngineRequest::new(id, p.prompt);
-        r.max_tokens = Some(p.max_tokens);
-        r.stream = self.stream;
-        r.ignore_eos = self.ignore_eos || self.exact_output_length;
-        if self.exact_output_length {
-            r.min_tokens = Some(p.max_tokens);
-        }
-        r.params = self.params.clone();
-        r.capture_text = self.capture_text;
-        r
     }
 }
 
@@ -214,10 +104,15 @@ impl RunControl {
 #[derive(Debug)]
 pub struct RunOutcome {
     pub aggregate: Aggregate,
-    /// Measured requests the configuration asked for (`None` for duration-bounded closed loops).
+    /// Measured requests the configuration asked for (`None` for duration-bounded closed
+    /// loops and for sessions).
     pub planned: Option<u64>,
-    /// Measured requests released by the load generator (= completed + failed).
+    /// Measured requests released by the load generator, counted by the runner itself as
+    /// it released them (independently of the records).
     pub dispatched: u64,
+    /// Records the recorder received (completed + failed); equal to `dispatched` unless a
+    /// record was lost, which the summary would say.
+    pub records: u64,
     /// Of those, requests actually handed to the engine.
     pub sent: u64,
     pub warmup_completed: u64,
@@ -237,10 +132,97 @@ pub struct RunOutcome {
     pub series: Vec<quetta_metrics::series::Second>,
     /// Steady-state window and the over-saturation verdict.
     pub steadiness: Option<quetta_metrics::series::Steadiness>,
+    /// The run was ended by the stop-on-saturation policy.
+    pub stopped_on_saturation: bool,
+    /// How the sessions of a session run ended.
+    pub sessions: Option<SessionCounts>,
+    /// The client's own CPU and memory over this run.
+    pub client: ClientStats,
+}
+
+/// What a run sends: requests from a workload, or multi-turn sessions.
+#[non_exhaustive]
+pub enum Work {
+    /// One request per workload index, timed by the run's load.
+    Requests(Box<dyn Workload>),
+    /// Multi-turn sessions from `source`, paced by `config`.
+    Sessions { source: Box<dyn SessionSource>, config: SessionConfig },
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Work::Requests(_) => f.write_str("Work::Requests(..)"),
+            Work::Sessions { config, .. } => {
+                f.debug_struct("Work::Sessions").field("config", config).finish_non_exhaustive()
+            }
+        }
+    }
+}
+
+/// Runs one load against one engine: a request workload or sessions, the same way (one
+/// worker function, one recorder, the same stop, drain and policies). See the crate docs.
+pub struct Runner {
+    engine: Arc<dyn Engine>,
+    cfg: RunConfig,
+    sink: Option<Box<dyn RecordSink>>,
+    observers: Vec<Arc<dyn Observer>>,
+    control: Arc<RunControl>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("engine", &self.engine.name())
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runner {
+    /// A run of `cfg` against `engine` (records go nowhere until [`Runner::sink`]).
+    pub fn new(engine: Arc<dyn Engine>, cfg: RunConfig) -> Self {
+        Self { engine, cfg, sink: None, observers: Vec::new(), control: RunControl::new() }
+    }
+
+    /// Append every record here as its request ends (e.g. a [`crate::JsonlSink`]).
+    pub fn sink(mut self, sink: Box<dyn RecordSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Tell `observer` of every record (on the recorder thread).
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// Control the run from outside: stop it (Ctrl-C), read its progress.
+    pub fn control(mut self, control: Arc<RunControl>) -> Self {
+        self.control = control;
+        self
+    }
+
+    /// Run `work` to its end (or to a stop) and return what it produced.
+    pub async fn run(self, work: Work) -> Result<RunOutcome, RunError> {
+        let usage = crate::usage::Usage::start();
+        let Runner { engine, cfg, sink, observers, control } = self;
+        let sh = Shared::new(engine, cfg, control);
+        let mut out = match work {
+            Work::Requests(w) => run_requests(&sh, w, sink, observers).await?,
+            Work::Sessions { source, config } => {
+                crate::sessions::run(&sh, source, config, sink, observers).await?
+            }
+        };
+        out.client = usage.finish(tokio::runtime::Handle::current().metrics().num_workers());
+        Ok(out)
+    }
 }
 
 pub(crate) struct Shared {
     engine: Arc<dyn Engine>,
+    /// `dispatched` of the progress when the measured phase started.
+    measured_from: AtomicU64,
     pub(crate) cfg: RunConfig,
     pub(crate) control: Arc<RunControl>,
     /// The request workload (`None` for session runs, whose source lives elsewhere).
@@ -258,8 +240,15 @@ impl Shared {
         cfg: RunConfig,
         control: Arc<RunControl>,
     ) -> Arc<Self> {
+        // The run's timeouts, once, around whatever engine it drives.
+        let engine = if crate::timeouts::any(&cfg.timeouts) {
+            Arc::new(crate::timeouts::WithTimeouts::new(engine, cfg.timeouts)) as Arc<dyn Engine>
+        } else {
+            engine
+        };
         Arc::new(Self {
             engine,
+            measured_from: AtomicU64::new(0),
             cfg,
             control,
             workload: Mutex::new(None),
@@ -460,116 +449,124 @@ impl Drop for Done {
     }
 }
 
-/// Run the workload against the engine. See the crate documentation.
-pub async fn run(
-    engine: Arc<dyn Engine>,
+/// A request workload: warmup (the same load shape, results counted only), the hook, then
+/// the measured phase on the schedule of [`RunConfig::intended_offsets`].
+async fn run_requests(
+    sh: &Arc<Shared>,
     workload: Box<dyn Workload>,
-    cfg: RunConfig,
     sink: Option<Box<dyn RecordSink>>,
     observers: Vec<Arc<dyn Observer>>,
-    control: Arc<RunControl>,
 ) -> Result<RunOutcome, RunError> {
-    cfg.validate()?;
-    let sh = Shared::new(engine, cfg.clone(), control.clone());
+    let cfg = &sh.cfg;
+    let offsets = cfg.intended_offsets()?;
     *sh.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(workload);
-
-    // Warmup: same load shape, results discarded (counted only).
-    let (mut warm_ok, mut warm_fail) = (0, 0);
-    if cfg.warmup > 0 && !control.stopped() {
+    let mut warm = (0, 0);
+    if cfg.warmup > 0 && !sh.control.stopped() {
         let conc = match &cfg.load {
             Load::Closed { concurrency } => *concurrency,
-            Load::Open { max_concurrency, .. } | Load::Scheduled { max_concurrency, .. } => {
-                max_concurrency.unwrap_or(cfg.warmup as usize)
-            }
+            load => load.max_concurrency().unwrap_or(cfg.warmup as usize),
         };
         let (tx, rx) = mpsc::channel::<Observation>();
-        closed_loop(&sh, 0, Some(cfg.warmup), None, conc, Instant::now(), tx).await;
-        (warm_ok, warm_fail) = sh.finish_warmup(&rx).await;
+        closed_loop(sh, 0, Some(cfg.warmup), None, conc, Instant::now(), tx).await;
+        warm = sh.finish_warmup(&rx).await;
     }
-
     if let Some(h) = &cfg.before_measured {
         h.call().await?;
     }
     let (tx, rx) = mpsc::channel::<Observation>();
-    let rec = recorder::spawn(rx, sink, observers, cfg.slos.clone());
-    let started_at = SystemTime::now();
-    let run_start = Instant::now();
-    let deadline = cfg.duration.map(|d| run_start + d);
-    let planned = match cfg.load.clone() {
-        Load::Closed { concurrency } => {
-            closed_loop(&sh, cfg.warmup, cfg.num_requests, deadline, concurrency, run_start, tx)
+    let m = Measured::begin(sh, rx, sink, observers, warm);
+    let deadline = cfg.duration.map(|d| m.run_start + d);
+    let planned = match (&cfg.load, offsets) {
+        (Load::Closed { concurrency }, _) => {
+            closed_loop(sh, cfg.warmup, cfg.num_requests, deadline, *concurrency, m.run_start, tx)
                 .await;
             cfg.num_requests
         }
-        Load::Scheduled { offsets, max_concurrency } => {
-            // Measured requests follow the warmup ones; their schedule starts at zero.
-            let skip = (cfg.warmup as usize).min(offsets.len());
-            let base = offsets.get(skip).copied().unwrap_or_default();
-            let mut v: Vec<Duration> =
-                offsets[skip..].iter().map(|o| o.saturating_sub(base)).collect();
-            if let Some(n) = cfg.num_requests {
-                v.truncate(n as usize);
-            }
-            if let Some(d) = cfg.duration {
-                v.retain(|o| *o < d);
-            }
+        (load, offsets) => {
+            let v = offsets.unwrap_or_default();
             let n = v.len() as u64;
-            open_loop(&sh, v, max_concurrency, run_start, tx).await;
-            Some(n)
-        }
-        Load::Open { rate, arrival, max_concurrency } => {
-            let sched = Schedule::new(arrival, rate, cfg.seed)
-                .map_err(|e| RunError::Config(e.to_string()))?;
-            let offsets = match (cfg.num_requests, cfg.duration) {
-                (Some(n), Some(d)) => sched.take_n(n).into_iter().take_while(|o| *o < d).collect(),
-                (Some(n), None) => sched.take_n(n),
-                (None, Some(d)) => sched.until(d),
-                (None, None) => unreachable!("validated"),
-            };
-            let n = offsets.len() as u64;
-            open_loop(&sh, offsets, max_concurrency, run_start, tx).await;
+            open_loop(sh, v, load.max_concurrency(), m.run_start, tx).await;
             Some(n)
         }
     };
-    Ok(finish_run(&sh, rec, planned, started_at, run_start, (warm_ok, warm_fail)).await)
+    Ok(m.finish(sh, planned).await)
 }
 
-/// End a run: drain, join the recorder and put the outcome together.
-pub(crate) async fn finish_run(
-    sh: &Shared,
+/// The measured phase of a run: its clock, its recorder and its policies.
+pub(crate) struct Measured {
     rec: std::thread::JoinHandle<recorder::RecorderResult>,
-    planned: Option<u64>,
     started_at: SystemTime,
-    run_start: Instant,
-    (warm_ok, warm_fail): (u64, u64),
-) -> RunOutcome {
-    // Drain: requests in flight get the drain timeout, then are cancelled (and recorded).
-    let cancelled_in_drain = sh.drain(sh.cfg.drain_timeout).await;
-    let r = tokio::task::spawn_blocking(move || rec.join().expect("recorder thread"))
-        .await
-        .expect("join recorder");
-    let dispatched = r.aggregate.completed + r.aggregate.failed;
-    let achieved_send_rate = match (r.first_sent_ms, r.last_sent_ms) {
-        (Some(a), Some(b)) if b > a && r.sent > 1 => Some((r.sent - 1) as f64 / ((b - a) / 1e3)),
-        _ => None,
-    };
-    let series = r.series.finish();
-    let steadiness = r.series.steadiness(&series);
-    RunOutcome {
-        series,
-        steadiness,
-        aggregate: r.aggregate,
-        planned,
-        dispatched,
-        sent: r.sent,
-        warmup_completed: warm_ok,
-        warmup_failed: warm_fail,
-        interrupted: sh.control.stopped() || sh.exhausted.load(Ordering::SeqCst),
-        sink_error: r.sink_error,
-        started_at,
-        achieved_send_rate,
-        cancelled_in_drain,
-        run_start,
+    pub(crate) run_start: Instant,
+    saturation: Option<tokio::task::JoinHandle<bool>>,
+    warm: (u64, u64),
+}
+
+impl Measured {
+    /// Start the measured phase now: the recorder on `rx`, the dispatch count from here, the
+    /// stop-on-saturation policy when asked for. `warm` is the warmup's (completed, failed).
+    pub(crate) fn begin(
+        sh: &Shared,
+        rx: mpsc::Receiver<Observation>,
+        sink: Option<Box<dyn RecordSink>>,
+        observers: Vec<Arc<dyn Observer>>,
+        warm: (u64, u64),
+    ) -> Self {
+        let rec = recorder::spawn(rx, sink, observers, sh.cfg.slos.clone());
+        sh.measured_from
+            .store(sh.control.progress.dispatched.load(Ordering::SeqCst), Ordering::SeqCst);
+        let saturation =
+            sh.cfg.stop_on_saturation.then(|| crate::policy::watch(sh.control.clone()));
+        Self { rec, started_at: SystemTime::now(), run_start: Instant::now(), saturation, warm }
+    }
+
+    /// End the run: drain, join the recorder and the policies, put the outcome together.
+    pub(crate) async fn finish(self, sh: &Shared, planned: Option<u64>) -> RunOutcome {
+        // Drain: requests in flight get the drain timeout, then are cancelled (and recorded).
+        let cancelled_in_drain = sh.drain(sh.cfg.drain_timeout).await;
+        let stopped_on_saturation = match self.saturation {
+            Some(h) if h.is_finished() => h.await.unwrap_or(false),
+            Some(h) => {
+                h.abort();
+                false
+            }
+            None => false,
+        };
+        let rec = self.rec;
+        let r = tokio::task::spawn_blocking(move || rec.join().expect("recorder thread"))
+            .await
+            .expect("join recorder");
+        let dispatched = sh
+            .control
+            .progress
+            .dispatched
+            .load(Ordering::SeqCst)
+            .saturating_sub(sh.measured_from.load(Ordering::SeqCst));
+        let series = r.series.finish();
+        let steadiness = r.series.steadiness(&series);
+        RunOutcome {
+            series,
+            steadiness,
+            records: r.aggregate.completed + r.aggregate.failed,
+            achieved_send_rate: quetta_metrics::rates::send_rate(
+                r.sent,
+                r.first_sent_ms,
+                r.last_sent_ms,
+            ),
+            aggregate: r.aggregate,
+            planned,
+            dispatched,
+            sent: r.sent,
+            warmup_completed: self.warm.0,
+            warmup_failed: self.warm.1,
+            interrupted: sh.control.stopped() || sh.exhausted.load(Ordering::SeqCst),
+            sink_error: r.sink_error,
+            started_at: self.started_at,
+            cancelled_in_drain,
+            run_start: self.run_start,
+            stopped_on_saturation,
+            sessions: None,
+            client: ClientStats::default(),
+        }
     }
 }
 

@@ -14,16 +14,15 @@ use std::time::{Duration, Instant};
 
 use quetta_engine::Prompt;
 use quetta_metrics::Observation;
-use quetta_workload::arrival::{Arrival, Schedule};
+use quetta_workload::arrival::Arrival;
 use quetta_workload::session::{Draw, Session, SessionSource};
 use quetta_workload::PlannedRequest;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::Semaphore;
 
-use crate::runner::{
-    attempt, finish_run, sleep_until, Done, RunConfig, RunControl, RunError, RunOutcome, Shared,
-};
+use crate::config::{arrival_offsets, RunConfig};
+use crate::runner::{attempt, sleep_until, Done, Measured, RunError, RunOutcome, Shared};
 use crate::timer::Timer;
 use crate::worker::{begin, Guard};
 use crate::{Observer, RecordSink};
@@ -394,36 +393,20 @@ async fn open(ph: &Arc<Phase>, offsets: Vec<Duration>) {
     let _ = tokio::task::spawn_blocking(move || dispatcher.join()).await;
 }
 
-/// Run multi-turn sessions against the engine. `cfg` gives the request settings, the
-/// request limit (`num_requests`: turns), the duration, the drain timeout and the seed;
-/// `cfg.warmup` sessions are run first (per-session pacing) and left out of the results.
-pub async fn run_sessions(
-    engine: Arc<dyn quetta_engine::Engine>,
+/// Run multi-turn sessions (the runner's session half). `sh.cfg` gives the request
+/// settings, the request limit (`num_requests`: turns), the duration, the drain timeout and
+/// the seed; `cfg.warmup` sessions are run first (per-session pacing) and left out of the
+/// results.
+pub(crate) async fn run(
+    sh: &Arc<Shared>,
     source: Box<dyn SessionSource>,
-    cfg: RunConfig,
     sc: SessionConfig,
     sink: Option<Box<dyn RecordSink>>,
     observers: Vec<Arc<dyn Observer>>,
-    control: Arc<RunControl>,
-) -> Result<(RunOutcome, SessionCounts), RunError> {
-    let bad = |m: &str| Err(RunError::Config(m.to_owned()));
-    match &sc.pacing {
-        Pacing::PerSession { sessions: 0 } | Pacing::Interleaved { sessions: 0 } => {
-            return bad("the number of concurrent sessions must be at least 1")
-        }
-        Pacing::Open { rate, .. } if !(rate.is_finite() && *rate > 0.0) => {
-            return bad("session rate must be a positive number of sessions per second")
-        }
-        _ => {}
-    }
-    if sc.max_concurrency == Some(0) {
-        return bad("max concurrency must be at least 1");
-    }
-    if sc.num_sessions == Some(0) || cfg.num_requests == Some(0) {
-        return bad("the number of sessions and of requests must be at least 1");
-    }
+) -> Result<RunOutcome, RunError> {
+    validate(&sh.cfg, &sc)?;
+    let cfg = &sh.cfg;
     let finite = source.distinct();
-    let sh = Shared::new(engine, cfg.clone(), control.clone());
     let source = Arc::new(Mutex::new(source));
     let next_session = Arc::new(AtomicU64::new(0));
     let next_id = Arc::new(AtomicU64::new(0));
@@ -448,8 +431,8 @@ pub async fn run_sessions(
         })
     };
 
-    let (mut warm_ok, mut warm_fail) = (0, 0);
-    if cfg.warmup > 0 && !control.stopped() {
+    let mut warm = (0, 0);
+    if cfg.warmup > 0 && !sh.control.stopped() {
         let (tx, rx) = mpsc::channel::<Observation>();
         let n = match sc.pacing {
             Pacing::PerSession { sessions } | Pacing::Interleaved { sessions } => sessions,
@@ -458,36 +441,36 @@ pub async fn run_sessions(
         let ph = phase(tx, Some(cfg.warmup), None, None, Instant::now(), Arc::default());
         per_session(&ph, n.min(cfg.warmup as usize).max(1)).await;
         drop(ph);
-        (warm_ok, warm_fail) = sh.finish_warmup(&rx).await;
+        warm = sh.finish_warmup(&rx).await;
     }
 
     if let Some(h) = &cfg.before_measured {
         h.call().await?;
     }
     let (tx, rx) = mpsc::channel::<Observation>();
-    let rec = crate::recorder::spawn(rx, sink, observers, cfg.slos.clone());
-    let started_at = std::time::SystemTime::now();
-    let run_start = Instant::now();
-    let deadline = cfg.duration.map(|d| run_start + d);
+    let m = Measured::begin(sh, rx, sink, observers, warm);
+    let deadline = cfg.duration.map(|d| m.run_start + d);
     let first = next_session.load(Ordering::SeqCst);
     // Without a session count, a finite source is played once (unless a duration is given).
     let count = sc.num_sessions.or(if cfg.duration.is_none() { finite } else { None });
     let counts = Arc::new(Counters::default());
-    let ph =
-        phase(tx, count.map(|n| first + n), cfg.num_requests, deadline, run_start, counts.clone());
+    let ph = phase(
+        tx,
+        count.map(|n| first + n),
+        cfg.num_requests,
+        deadline,
+        m.run_start,
+        counts.clone(),
+    );
     match sc.pacing.clone() {
         Pacing::PerSession { sessions } => per_session(&ph, sessions).await,
         Pacing::Interleaved { sessions } => interleaved(&ph, sessions).await,
         Pacing::Scheduled { offsets } => open(&ph, offsets.to_vec()).await,
         Pacing::Open { rate, arrival } => {
-            let sched = Schedule::new(arrival, rate, cfg.seed)
-                .map_err(|e| RunError::Config(e.to_string()))?;
-            let offsets = match (count, cfg.duration) {
-                (Some(n), Some(d)) => sched.take_n(n).into_iter().take_while(|o| *o < d).collect(),
-                (Some(n), None) => sched.take_n(n),
-                (None, Some(d)) => sched.until(d),
-                (None, None) => return bad("give a number of sessions or a duration"),
-            };
+            if count.is_none() && cfg.duration.is_none() {
+                return Err(RunError::Config("give a number of sessions or a duration".into()));
+            }
+            let offsets = arrival_offsets(arrival, rate, cfg.seed, count, cfg.duration)?;
             open(&ph, offsets).await;
         }
     }
@@ -496,18 +479,37 @@ pub async fn run_sessions(
     ph.sh.idle_or_stop(deadline).await;
     drop(ph);
     drop(timer);
-    let mut out = finish_run(&sh, rec, count, started_at, run_start, (warm_ok, warm_fail)).await;
-    out.planned = None;
+    let mut out = m.finish(sh, None).await;
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let (started, completed, failed) =
         (c(&counts.started), c(&counts.completed), c(&counts.failed));
     // Sessions cancelled at the drain timeout never counted their end: they were cut short.
-    let counts = SessionCounts {
+    out.sessions = Some(SessionCounts {
         started,
         completed,
         failed,
         truncated: started.saturating_sub(completed + failed),
         turns: out.dispatched,
-    };
-    Ok((out, counts))
+    });
+    Ok(out)
+}
+
+fn validate(cfg: &RunConfig, sc: &SessionConfig) -> Result<(), RunError> {
+    let bad = |m: &str| Err(RunError::Config(m.to_owned()));
+    match &sc.pacing {
+        Pacing::PerSession { sessions: 0 } | Pacing::Interleaved { sessions: 0 } => {
+            return bad("the number of concurrent sessions must be at least 1")
+        }
+        Pacing::Open { rate, .. } if !(rate.is_finite() && *rate > 0.0) => {
+            return bad("session rate must be a positive number of sessions per second")
+        }
+        _ => {}
+    }
+    if sc.max_concurrency == Some(0) {
+        return bad("max concurrency must be at least 1");
+    }
+    if sc.num_sessions == Some(0) || cfg.num_requests == Some(0) {
+        return bad("the number of sessions and of requests must be at least 1");
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quetta_engine::Engine;
-use quetta_loadgen::{run, Load, RunConfig, RunControl};
+use quetta_loadgen::{Load, RunConfig, RunControl, Runner, Work};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::{SimConfig, Simulator};
@@ -88,14 +88,11 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             let mut cfg = RunConfig::closed(conc, n);
             cfg.warmup = conc as u64; // open the connections first, as any benchmark does
             let out_c = rt
-                .block_on(run(
-                    engine(&sim),
-                    Box::new(spec(16, out)),
-                    cfg,
-                    Some(Box::new(sink.clone())),
-                    vec![],
-                    RunControl::new(),
-                ))
+                .block_on(
+                    Runner::new(engine(&sim), cfg)
+                        .sink(Box::new(sink.clone()))
+                        .run(Work::Requests(Box::new(spec(16, out)))),
+                )
                 .unwrap();
             assert_eq!(
                 out_c.aggregate.completed, n,
@@ -179,14 +176,11 @@ fn open_loop_poisson_schedule_is_exponential_and_rate_is_kept() {
         let mut cfg = RunConfig::open(rate, arrival, 1500);
         cfg.seed = 11;
         let o = rt
-            .block_on(run(
-                engine(&sim),
-                Box::new(spec(8, 4)),
-                cfg,
-                Some(Box::new(sink.clone())),
-                vec![],
-                RunControl::new(),
-            ))
+            .block_on(
+                Runner::new(engine(&sim), cfg)
+                    .sink(Box::new(sink.clone()))
+                    .run(Work::Requests(Box::new(spec(8, 4)))),
+            )
             .unwrap();
         assert_eq!(o.dispatched, 1500);
         assert_eq!(o.aggregate.completed + o.aggregate.failed, 1500, "no request lost");
@@ -244,14 +238,11 @@ fn too_small_cap_makes_queue_time_and_latency_from_schedule_grow_and_loses_nothi
     let mut cfg = RunConfig::open(50.0, Arrival::Constant, 60);
     cfg.load = Load::Open { rate: 50.0, arrival: Arrival::Constant, max_concurrency: Some(2) };
     let o = rt
-        .block_on(run(
-            engine(&sim),
-            Box::new(spec(8, 10)),
-            cfg,
-            Some(Box::new(sink.clone())),
-            vec![],
-            RunControl::new(),
-        ))
+        .block_on(
+            Runner::new(engine(&sim), cfg)
+                .sink(Box::new(sink.clone()))
+                .run(Work::Requests(Box::new(spec(8, 10)))),
+        )
         .unwrap();
     assert_eq!(o.aggregate.completed, 60, "no request lost");
     let mut recs = sink.0.lock().unwrap().clone();
@@ -292,14 +283,11 @@ fn duration_stop_warmup_and_ctrl_c() {
     cfg.warmup = 8;
     let sink = VecSink::default();
     let o = rt
-        .block_on(run(
-            engine(&sim),
-            Box::new(spec(8, 8)),
-            cfg,
-            Some(Box::new(sink.clone())),
-            vec![],
-            RunControl::new(),
-        ))
+        .block_on(
+            Runner::new(engine(&sim), cfg)
+                .sink(Box::new(sink.clone()))
+                .run(Work::Requests(Box::new(spec(8, 8)))),
+        )
         .unwrap();
     assert_eq!(o.warmup_completed, 8);
     let recs = sink.0.lock().unwrap().clone();
@@ -319,7 +307,10 @@ fn duration_stop_warmup_and_ctrl_c() {
             tokio::time::sleep(Duration::from_millis(300)).await;
             c2.stop();
         });
-        run(engine(&sim), Box::new(spec(8, 8)), cfg, Some(Box::new(sink.clone())), vec![], control)
+        Runner::new(engine(&sim), cfg)
+            .sink(Box::new(sink.clone()))
+            .control(control)
+            .run(Work::Requests(Box::new(spec(8, 8))))
             .await
             .unwrap()
     });

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quetta_engine::{Engine, Timeouts};
-use quetta_loadgen::{run, RunConfig, RunControl};
+use quetta_loadgen::{RunConfig, Runner, Work};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::faults::FaultRule;
@@ -54,14 +54,9 @@ fn run_with_retries(
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(30),
-                run(
-                    engine,
-                    Box::new(spec),
-                    rc,
-                    Some(Box::new(sink.clone())),
-                    vec![],
-                    RunControl::new(),
-                ),
+                Runner::new(engine, rc)
+                    .sink(Box::new(sink.clone()))
+                    .run(Work::Requests(Box::new(spec))),
             )
             .await
         })

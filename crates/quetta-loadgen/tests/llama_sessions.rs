@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quetta_engine::{Message, Prompt};
-use quetta_loadgen::{run_sessions, RunConfig, RunControl, SessionConfig};
+use quetta_loadgen::{RunConfig, Runner, SessionConfig, Work};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{list_models, Api, OpenAiConfig, OpenAiEngine};
 use quetta_workload::session::{Session, SessionList, Turn};
@@ -62,17 +62,18 @@ async fn multi_turn_sessions_feed_llama_cpp_its_own_replies() {
     let p = std::sync::Arc::make_mut(&mut cfg.params);
     p.sampling.seed = Some(7);
     p.sampling.temperature = Some(0.0);
-    let (out, counts) = run_sessions(
-        engine.clone(),
-        Box::new(SessionList { sessions, cycle: false }),
-        cfg,
-        SessionConfig::per_session(2),
-        Some(Box::new(sink.clone())),
-        vec![],
-        RunControl::new(),
-    )
-    .await
-    .unwrap();
+    let (out, counts) = Runner::new(engine.clone(), cfg)
+        .sink(Box::new(sink.clone()))
+        .run(Work::Sessions {
+            source: Box::new(SessionList { sessions, cycle: false }),
+            config: SessionConfig::per_session(2),
+        })
+        .await
+        .map(|o| {
+            let c = o.sessions.clone().expect("a session run counts its sessions");
+            (o, c)
+        })
+        .unwrap();
     let recs: Vec<RequestRecord> = sink.0.lock().unwrap().clone();
     assert_eq!(counts.completed, 2, "{counts:?}; errors: {:?}", out.aggregate.errors);
     assert_eq!(recs.len(), 6);

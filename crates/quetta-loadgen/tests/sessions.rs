@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use quetta_engine::{EngineRequest, Message, Prompt};
 use quetta_loadgen::{
-    run_sessions, Pacing, RunConfig, RunControl, RunOutcome, SessionConfig, SessionCounts,
-    ThinkTime,
+    Pacing, RunConfig, RunOutcome, Runner, SessionConfig, SessionCounts, ThinkTime, Work,
 };
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
@@ -86,19 +85,18 @@ fn run_with(
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(60),
-                run_sessions(
-                    engine.clone(),
-                    Box::new(SessionList { sessions: list, cycle }),
-                    cfg,
-                    sc,
-                    Some(Box::new(sink.clone())),
-                    vec![],
-                    RunControl::new(),
-                ),
+                Runner::new(engine.clone(), cfg).sink(Box::new(sink.clone())).run(Work::Sessions {
+                    source: Box::new(SessionList { sessions: list, cycle }),
+                    config: sc,
+                }),
             )
             .await
         })
         .expect("the run ends")
+        .map(|o| {
+            let c = o.sessions.clone().expect("a session run counts its sessions");
+            (o, c)
+        })
         .expect("the run starts");
     let records = sink.0.lock().unwrap().clone();
     Ran { sim, engine, records, out, counts }

@@ -21,6 +21,7 @@
 //! | constant, Poisson, gamma, ramp and burst arrivals | [`arrival`] |
 //! | multi-turn sessions: ShareGPT, tool-call and question-set conversations, synthesis | [`session`] |
 //! | named and user (TOML) profiles | [`profiles`] |
+//! | all of the above as data, built in one call for a run or a dry run | [`spec`] |
 //!
 //! ```
 //! use quetta_workload::arrival::{Arrival, Schedule};
@@ -52,6 +53,7 @@ pub mod dataset;
 pub mod distribution;
 pub mod profiles;
 pub mod session;
+pub mod spec;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod trace;

@@ -20,7 +20,8 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 /// Where the Hugging Face cache keeps a model's files.
-fn hf_cache_dir() -> Option<PathBuf> {
+/// The local Hugging Face hub cache (`HF_HUB_CACHE`, `$HF_HOME/hub`, `~/.cache/huggingface/hub`).
+pub fn hf_cache_dir() -> Option<PathBuf> {
     if let Some(h) = std::env::var_os("HF_HUB_CACHE") {
         return Some(PathBuf::from(h));
     }
