@@ -2,13 +2,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use quetta_engine::Engine;
-use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
 use quetta_probe::probes::{self, ProbeContext, ProbeOutput};
 
 #[derive(Parser)]
@@ -121,34 +118,22 @@ enum Cmd {
     },
 }
 
+/// The probe's engine, built as every binary builds one: through `quetta::Target`.
 async fn context(c: &Common) -> Result<ProbeContext> {
-    if !(c.base_url.starts_with("http://") || c.base_url.starts_with("https://")) {
-        bail!("--base-url {:?} must start with http:// or https://", c.base_url);
-    }
-    let key = c.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
-    let model = match &c.model {
-        Some(m) => m.clone(),
-        None => list_models(&c.base_url, key.as_ref(), false, Duration::from_secs(15))
-            .await
-            .with_context(|| format!("no --model given and GET {}/v1/models failed", c.base_url))?
-            .into_iter()
-            .next()
-            .context("/v1/models lists no model")?,
-    };
-    let api = match c.endpoint.as_str() {
-        "chat" => Api::Chat,
-        "completions" => Api::Completions,
+    let mut t = quetta::Target::openai(&c.base_url);
+    match c.endpoint.as_str() {
+        "chat" => {}
+        "completions" => t = t.completions(),
         e => bail!("--endpoint {e:?}: expected chat or completions"),
-    };
-    let mut cfg = OpenAiConfig::new(&c.base_url, api, &model);
-    cfg.api_key = key;
-    let engine: Arc<dyn Engine> =
-        Arc::new(OpenAiEngine::new(cfg).context("configuring the OpenAI adapter")?);
+    }
+    t.model.clone_from(&c.model);
+    t.api_key = c.api_key.clone().filter(|k| !k.is_empty());
+    let conn = t.connect().await?;
     Ok(ProbeContext {
-        engine,
-        chat: api == Api::Chat,
+        engine: conn.engine.clone(),
+        chat: conn.api == quetta::Api::Chat,
         base_url: c.base_url.clone(),
-        model,
+        model: conn.model.clone(),
         metrics_url: Some(
             c.metrics_url
                 .clone()

@@ -59,6 +59,74 @@ impl Default for ThinkTime {
     }
 }
 
+/// Milliseconds of `200ms`, `2s` or a bare number of milliseconds.
+fn ms_of(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    if let Ok(v) = s.parse::<f64>() {
+        if v.is_finite() && v >= 0.0 {
+            return Ok(v);
+        }
+    }
+    quetta_metrics::slo::parse_duration(s)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 0, 200ms, 2s)"))
+}
+
+fn draw_of(s: &str) -> Result<Draw, String> {
+    if let Some(m) = s.strip_prefix("exp:") {
+        let mean = ms_of(m)?;
+        if mean <= 0.0 {
+            return Err("the mean must be positive".into());
+        }
+        return Ok(Draw::Exponential { mean });
+    }
+    if let Some(r) = s.strip_prefix("uniform:") {
+        let (a, b) = r.split_once('-').ok_or("expected MIN-MAX")?;
+        let (min, max) = (ms_of(a)?, ms_of(b)?);
+        if min > max {
+            return Err("MIN is above MAX".into());
+        }
+        return Ok(Draw::Uniform { min, max });
+    }
+    Ok(Draw::Fixed { value: ms_of(s)? })
+}
+
+/// `0`, `200ms`, `exp:2s` (exponential with this mean), `uniform:500ms-3s`, or
+/// `recorded[:FALLBACK]` (the time recorded in the data, else the fallback).
+impl std::str::FromStr for ThinkTime {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let ctx = |e: String| {
+            format!("think time {s:?}: {e}; expected 0, 200ms, exp:MEAN, uniform:MIN-MAX or recorded[:FALLBACK]")
+        };
+        if let Some(rest) = s.strip_prefix("recorded") {
+            let fallback = match rest.strip_prefix(':') {
+                Some(f) => draw_of(f).map_err(ctx)?,
+                None if rest.is_empty() => Draw::Fixed { value: 0.0 },
+                None => return Err(ctx("unknown form".into())),
+            };
+            return Ok(ThinkTime::Recorded { fallback });
+        }
+        Ok(ThinkTime::Draw(draw_of(s).map_err(ctx)?))
+    }
+}
+
+impl std::fmt::Display for ThinkTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let draw = |d: &Draw| match d {
+            Draw::Fixed { value } => format!("{value}ms"),
+            Draw::Exponential { mean } => format!("exp:{mean}ms"),
+            Draw::Uniform { min, max } => format!("uniform:{min}ms-{max}ms"),
+            other => format!("{other:?}"),
+        };
+        match self {
+            ThinkTime::Draw(d) => f.write_str(&draw(d)),
+            ThinkTime::Recorded { fallback } => write!(f, "recorded:{}", draw(fallback)),
+        }
+    }
+}
+
 /// Which reply earlier turns carry in the history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -512,4 +580,30 @@ fn validate(cfg: &RunConfig, sc: &SessionConfig) -> Result<(), RunError> {
         return bad("the number of sessions and of requests must be at least 1");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn think_times_parse_and_print() {
+        for (s, shown) in [
+            ("0", "0ms"),
+            ("20ms", "20ms"),
+            ("2s", "2000ms"),
+            ("exp:2s", "exp:2000ms"),
+            ("uniform:500ms-3s", "uniform:500ms-3000ms"),
+            ("recorded", "recorded:0ms"),
+            ("recorded:exp:1s", "recorded:exp:1000ms"),
+        ] {
+            let t: ThinkTime = s.parse().unwrap();
+            assert_eq!(t.to_string(), shown, "{s}");
+            assert_eq!(shown.parse::<ThinkTime>().unwrap(), t, "{shown} reads back");
+        }
+        for bad in ["soon", "uniform:3s-1s", "exp:0", "recordedx"] {
+            assert!(bad.parse::<ThinkTime>().is_err(), "{bad}");
+        }
+        assert!("uniform:3s-1s".parse::<ThinkTime>().unwrap_err().contains("MIN is above MAX"));
+    }
 }

@@ -81,6 +81,7 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
                 ttft: Duration::from_millis(50),
                 itl: Duration::from_millis(10),
                 nice: 19,
+                keep_records: true,
                 ..SimConfig::default()
             })
             .unwrap();
@@ -167,6 +168,7 @@ fn open_loop_poisson_schedule_is_exponential_and_rate_is_kept() {
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(5),
         itl: Duration::from_millis(1),
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();
@@ -231,6 +233,7 @@ fn too_small_cap_makes_queue_time_and_latency_from_schedule_grow_and_loses_nothi
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(50),
         itl: Duration::from_millis(10),
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();
@@ -273,6 +276,7 @@ fn duration_stop_warmup_and_ctrl_c() {
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(5),
         itl: Duration::from_millis(2),
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();

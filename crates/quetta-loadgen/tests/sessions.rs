@@ -106,6 +106,7 @@ fn fast_sim() -> SimConfig {
     SimConfig {
         ttft: Duration::from_millis(5),
         itl: Duration::from_millis(1),
+        keep_records: true,
         ..SimConfig::default()
     }
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// The client's resource use over one benchmark (not over the process: each step of a sweep
 /// reports its own).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClientStats {
     /// CPU time the process spent in user and system mode during the benchmark, in seconds.
     pub cpu_user_s: f64,
@@ -24,6 +24,20 @@ pub struct ClientStats {
 
 fn unknown() -> String {
     "unknown".into()
+}
+
+impl Default for ClientStats {
+    /// Nothing known (a rebuilt run).
+    fn default() -> Self {
+        Self {
+            cpu_user_s: 0.0,
+            cpu_system_s: 0.0,
+            peak_rss_kib: 0,
+            peak_rss_scope: unknown(),
+            worker_threads: 0,
+            host: None,
+        }
+    }
 }
 
 /// The machine a run was measured from.

@@ -32,6 +32,7 @@ async fn thousand_token_stream_timestamps_match_the_simulator_within_1ms_p99() {
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(50),
         itl: Duration::from_millis(2),
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();
@@ -98,6 +99,7 @@ async fn connections_are_pooled_and_reuse_is_reported() {
     let sim = Simulator::start(SimConfig {
         ttft: Duration::ZERO,
         itl: Duration::ZERO,
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();
@@ -119,6 +121,7 @@ async fn non_streaming_requests_end_once_with_usage() {
     let sim = Simulator::start(SimConfig {
         ttft: Duration::from_millis(20),
         itl: Duration::from_millis(1),
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();
@@ -148,6 +151,7 @@ async fn http2_prior_knowledge_works() {
     let sim = Simulator::start(SimConfig {
         ttft: Duration::ZERO,
         itl: Duration::ZERO,
+        keep_records: true,
         ..SimConfig::default()
     })
     .unwrap();

@@ -6,10 +6,9 @@ use std::path::{Path, PathBuf};
 
 use quetta_metrics::series::Second;
 use quetta_metrics::{RequestRecord, Stats};
-use serde_json::Value;
 
 use crate::chart::{cdf, svg, Chart, Series};
-use crate::Summary;
+use crate::{ReportError, RunDir, Summary, SweepReport};
 
 /// A run's results as read back from its directory.
 #[derive(Debug, Clone)]
@@ -24,7 +23,7 @@ pub struct RunData {
 #[derive(Debug, Clone)]
 pub struct SweepData {
     pub dir: PathBuf,
-    pub sweep: Value,
+    pub sweep: SweepReport,
     pub steps: Vec<RunData>,
 }
 
@@ -33,68 +32,33 @@ pub struct SweepData {
 #[non_exhaustive]
 pub enum Results {
     Run(Box<RunData>),
-    Sweep(SweepData),
-}
-
-/// A results directory could not be read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LoadError {
-    #[error("{path}: {reason}")]
-    Read { path: String, reason: String },
-}
-
-fn read(p: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(p)
-        .map_err(|e| LoadError::Read { path: p.display().to_string(), reason: e.to_string() })
-}
-
-fn jsonl<T: serde::de::DeserializeOwned>(p: &Path) -> Result<Vec<T>, LoadError> {
-    if !p.exists() {
-        return Ok(Vec::new());
-    }
-    read(p)?
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| LoadError::Read {
-                path: format!("{}:{}", p.display(), i + 1),
-                reason: e.to_string(),
-            })
-        })
-        .collect()
+    Sweep(Box<SweepData>),
 }
 
 /// Read a run directory (summary.json, requests.jsonl, timeseries.jsonl).
-pub fn load_run(dir: &Path) -> Result<RunData, LoadError> {
-    let sp = dir.join("summary.json");
-    let summary: Summary = serde_json::from_str(&read(&sp)?)
-        .map_err(|e| LoadError::Read { path: sp.display().to_string(), reason: e.to_string() })?;
+pub fn load_run(dir: &Path) -> Result<RunData, ReportError> {
+    let d = RunDir::open(dir)?;
     Ok(RunData {
         dir: dir.to_path_buf(),
-        summary,
-        records: jsonl(&dir.join("requests.jsonl"))?,
-        series: jsonl(&dir.join("timeseries.jsonl"))?,
+        summary: d.read_summary()?,
+        records: d.read_records()?.records,
+        series: d.read_series()?,
     })
 }
 
 /// Read a run or a sweep directory.
-pub fn load(dir: &Path) -> Result<Results, LoadError> {
-    let sw = dir.join("sweep.json");
-    if sw.exists() {
-        let sweep: Value = serde_json::from_str(&read(&sw)?).map_err(|e| LoadError::Read {
-            path: sw.display().to_string(),
-            reason: e.to_string(),
-        })?;
+pub fn load(dir: &Path) -> Result<Results, ReportError> {
+    let d = RunDir::open(dir)?;
+    if d.is_sweep() {
+        let sweep = d.read_sweep()?;
         let mut steps = Vec::new();
-        for st in sweep["steps"].as_array().into_iter().flatten() {
-            let d = PathBuf::from(st["dir"].as_str().unwrap_or_default());
+        for st in &sweep.steps {
+            let p = PathBuf::from(&st.dir);
             // Step directories are recorded as given; read them relative to the sweep when moved.
-            let d = if d.exists() { d } else { dir.join(d.file_name().unwrap_or_default()) };
-            steps.push(load_run(&d)?);
+            let p = if p.exists() { p } else { dir.join(p.file_name().unwrap_or_default()) };
+            steps.push(load_run(&p)?);
         }
-        return Ok(Results::Sweep(SweepData { dir: dir.to_path_buf(), sweep, steps }));
+        return Ok(Results::Sweep(Box::new(SweepData { dir: dir.to_path_buf(), sweep, steps })));
     }
     Ok(Results::Run(Box::new(load_run(dir)?)))
 }
@@ -209,13 +173,11 @@ pub fn run_charts(r: &RunData) -> Vec<Chart> {
 
 /// The charts of a sweep (also drawn by the PDF report).
 pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
-    let kind = s.sweep["kind"].as_str().unwrap_or("concurrency");
+    let kind = s.sweep.kind.as_str();
     let unit =
         if kind == "rate" { "request rate (req/s)" } else { "concurrency (requests in flight)" };
-    let steps: Vec<&Value> =
-        s.sweep["steps"].as_array().map(|v| v.iter().collect()).unwrap_or_default();
     let pts = |k: &str| -> Vec<(f64, f64)> {
-        steps.iter().filter_map(|st| Some((st[kind].as_f64()?, st[k].as_f64()?))).collect()
+        s.sweep.steps.iter().filter_map(|st| Some((st.value(), st.column(k)?))).collect()
     };
     vec![
         Chart {
@@ -291,8 +253,8 @@ fn config_table(s: &mut String, sum: &Summary) {
         esc(&t.endpoint),
         esc(&t.model)
     );
-    if let Some(o) = sum.config.as_object() {
-        for (k, v) in o {
+    if let Ok(serde_json::Value::Object(o)) = serde_json::to_value(&sum.config) {
+        for (k, v) in &o {
             if v.is_null() {
                 continue;
             }
@@ -380,68 +342,65 @@ pub fn render(res: &Results) -> String {
             config_table(&mut s, &r.summary);
             run_section(&mut s, r, "Results");
         }
-        Results::Sweep(sw) => {
-            let kind = sw.sweep["kind"].as_str().unwrap_or("concurrency");
-            if let Some(first) = sw.steps.first() {
-                let _ = write!(
-                    s,
-                    "<p>Started {} · {} steps</p>",
-                    esc(&first.summary.started_at),
-                    sw.steps.len()
-                );
-                s.push_str(
-                    "<h2>Configuration</h2><p>Of the first step; each step sets its own load.</p>",
-                );
-                config_table(&mut s, &first.summary);
-            }
-            s.push_str("<h2>Highlights</h2>");
-            let peak = &sw.sweep["peak"];
-            highlights(
-                &mut s,
-                &[
-                    (
-                        format!("peak requests per second (at {kind} {})", ms(peak[kind].as_f64())),
-                        format!("{:.2}", peak["request_throughput"].as_f64().unwrap_or(0.0)),
-                    ),
-                    (
-                        "peak output tokens per second".into(),
-                        format!(
-                            "{:.1}",
-                            sw.sweep["steps"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|x| x["output_token_throughput"].as_f64())
-                                .fold(0.0, f64::max)
-                        ),
-                    ),
-                    ("total errors".into(), sw.sweep["total_errors"].to_string()),
-                ],
-            );
-            s.push_str("<h2>Sweep</h2><table><tr>");
-            for h in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0)) {
-                let _ = write!(s, "<th>{h}</th>");
-            }
-            s.push_str("</tr>");
-            for st in sw.sweep["steps"].as_array().into_iter().flatten() {
-                s.push_str("<tr>");
-                for k in
-                    std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
-                {
-                    let _ = write!(s, "<td>{}</td>", ms(st[k].as_f64()));
-                }
-                s.push_str("</tr>");
-            }
-            s.push_str("</table>");
-            for c in sweep_charts(sw) {
-                s.push_str(&svg(&c, 940.0, 300.0));
-            }
-            for (i, r) in sw.steps.iter().enumerate() {
-                let label = ms(sw.sweep["steps"][i][kind].as_f64());
-                run_section(&mut s, r, &format!("Step {} — {kind} {label}", i + 1));
-            }
-        }
+        Results::Sweep(sw) => sweep_body(&mut s, sw),
     }
     s.push_str("</body></html>\n");
     s
+}
+
+/// The body of a sweep's report: highlights, the sweep table and charts, then each step.
+fn sweep_body(s: &mut String, sw: &SweepData) {
+    let kind = sw.sweep.kind.as_str();
+    if let Some(first) = sw.steps.first() {
+        let _ = write!(
+            s,
+            "<p>Started {} · {} steps</p>",
+            esc(&first.summary.started_at),
+            sw.steps.len()
+        );
+        s.push_str("<h2>Configuration</h2><p>Of the first step; each step sets its own load.</p>");
+        config_table(s, &first.summary);
+    }
+    s.push_str("<h2>Highlights</h2>");
+    let peak = sw.sweep.peak.as_ref();
+    highlights(
+        s,
+        &[
+            (
+                format!(
+                    "peak requests per second (at {kind} {})",
+                    ms(peak.map(crate::SweepStep::value))
+                ),
+                format!("{:.2}", peak.map_or(0.0, |p| p.request_throughput)),
+            ),
+            (
+                "peak output tokens per second".into(),
+                format!(
+                    "{:.1}",
+                    sw.sweep.steps.iter().map(|x| x.output_token_throughput).fold(0.0, f64::max)
+                ),
+            ),
+            ("total errors".into(), sw.sweep.total_errors.to_string()),
+        ],
+    );
+    s.push_str("<h2>Sweep</h2><table><tr>");
+    for h in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0)) {
+        let _ = write!(s, "<th>{h}</th>");
+    }
+    s.push_str("</tr>");
+    for st in &sw.sweep.steps {
+        s.push_str("<tr>");
+        for k in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1)) {
+            let _ = write!(s, "<td>{}</td>", ms(st.column(k)));
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table>");
+    for c in sweep_charts(sw) {
+        s.push_str(&svg(&c, 940.0, 300.0));
+    }
+    for (i, r) in sw.steps.iter().enumerate() {
+        let label = ms(sw.sweep.steps.get(i).map(crate::SweepStep::value));
+        run_section(s, r, &format!("Step {} — {kind} {label}", i + 1));
+    }
 }

@@ -9,7 +9,7 @@ use printpdf::{
 };
 
 use crate::chart::{tick_label, Chart, Layout, COLOURS};
-use crate::html::{run_charts, run_highlights, sweep_charts, Results, RunData};
+use crate::html::{run_charts, run_highlights, sweep_charts, Results, RunData, SweepData};
 
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 const W: f64 = 297.0;
@@ -160,10 +160,6 @@ fn fmt(v: Option<f64>) -> String {
     crate::chart::figure(v)
 }
 
-fn step_label(v: &serde_json::Value) -> String {
-    fmt(v.as_f64())
-}
-
 fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
     let m = &r.summary.metrics;
     let mut rows =
@@ -206,7 +202,7 @@ fn config_lines(p: &mut Page, r: &RunData) {
         &format!("target: {} {} ({}), model {}", t.backend, t.base_url, t.endpoint, t.model),
         9.0,
     );
-    if let Some(o) = r.summary.config.as_object() {
+    if let Ok(serde_json::Value::Object(o)) = serde_json::to_value(&r.summary.config) {
         let items: Vec<String> = o
             .iter()
             .filter(|(_, v)| !v.is_null())
@@ -269,84 +265,86 @@ pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
             config_lines(&mut p, r);
             run_pages(&mut d, r, "Results");
         }
-        Results::Sweep(sw) => {
-            let kind = sw.sweep["kind"].as_str().unwrap_or("concurrency");
-            let mut p = d.page();
-            p.line(
-                &format!(
-                    "Quetta sweep report — {}",
-                    sw.steps.first().map_or("", |r| r.summary.target.model.as_str())
-                ),
-                18.0,
-            );
-            if let Some(first) = sw.steps.first() {
-                p.line(
-                    &format!(
-                        "started {}    {} steps over {kind}",
-                        first.summary.started_at,
-                        sw.steps.len()
-                    ),
-                    9.0,
-                );
-                p.y += 3.0;
-                p.line("Configuration (of the first step; each step sets its own load)", 12.0);
-                config_lines(&mut p, first);
-            }
-            p.y += 3.0;
-            p.line("Highlights", 12.0);
-            let peak = &sw.sweep["peak"];
-            p.line(
-                &format!(
-                    "peak throughput {:.2} req/s at {kind} {}",
-                    peak["request_throughput"].as_f64().unwrap_or(0.0),
-                    step_label(&peak[kind])
-                ),
-                10.0,
-            );
-            p.line(&format!("total errors {}", sw.sweep["total_errors"]), 10.0);
-            let mut p = d.page();
-            p.line("Sweep summary", 14.0);
-            let mut rows = vec![std::iter::once(kind)
-                .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0))
-                .map(str::to_owned)
-                .collect::<Vec<_>>()];
-            for st in sw.sweep["steps"].as_array().into_iter().flatten() {
-                rows.push(
-                    std::iter::once(kind)
-                        .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
-                        .map(|k| fmt(st[k].as_f64()))
-                        .collect(),
-                );
-            }
-            p.table(&rows, &[26.0, 24.0, 26.0, 26.0, 26.0, 26.0, 26.0, 26.0, 22.0, 22.0], 8.0);
-            let charts = sweep_charts(sw);
-            let y0 = p.y + 2.0;
-            for (i, c) in charts.iter().take(2).enumerate() {
-                p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(90.0));
-            }
-            let p = d.page();
-            for (i, c) in charts.iter().skip(2).enumerate() {
-                p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
-            }
-            for (i, r) in sw.steps.iter().enumerate() {
-                let label = step_label(&sw.sweep["steps"][i][kind]);
-                let mut p = d.page();
-                p.line(&format!("Step {} — {kind} {label}", i + 1), 14.0);
-                p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
-                let hl: Vec<String> = run_highlights(&r.summary.metrics)
-                    .iter()
-                    .map(|(k, v)| format!("{k}: {v}"))
-                    .collect();
-                for h in hl.chunks(3) {
-                    p.line(&h.join("    "), 9.0);
-                }
-                let charts = run_charts(r);
-                let y0 = p.y + 2.0;
-                for (j, c) in charts.iter().take(2).enumerate() {
-                    p.chart(c, 14.0 + j as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(80.0));
-                }
-            }
-        }
+        Results::Sweep(sw) => sweep_pages(&mut d, sw),
     }
     d.pdf.save_to_bytes().map_err(|e| PdfError::Pdf(e.to_string()))
+}
+
+/// The pages of a sweep: title and configuration, the sweep table and charts, one page per
+/// step.
+fn sweep_pages(d: &mut Doc, sw: &SweepData) {
+    let kind = sw.sweep.kind.as_str();
+    let mut p = d.page();
+    p.line(
+        &format!(
+            "Quetta sweep report — {}",
+            sw.steps.first().map_or("", |r| r.summary.target.model.as_str())
+        ),
+        18.0,
+    );
+    if let Some(first) = sw.steps.first() {
+        p.line(
+            &format!(
+                "started {}    {} steps over {kind}",
+                first.summary.started_at,
+                sw.steps.len()
+            ),
+            9.0,
+        );
+        p.y += 3.0;
+        p.line("Configuration (of the first step; each step sets its own load)", 12.0);
+        config_lines(&mut p, first);
+    }
+    p.y += 3.0;
+    p.line("Highlights", 12.0);
+    let peak = sw.sweep.peak.as_ref();
+    p.line(
+        &format!(
+            "peak throughput {:.2} req/s at {kind} {}",
+            peak.map_or(0.0, |p| p.request_throughput),
+            fmt(peak.map(crate::SweepStep::value))
+        ),
+        10.0,
+    );
+    p.line(&format!("total errors {}", sw.sweep.total_errors), 10.0);
+    let mut p = d.page();
+    p.line("Sweep summary", 14.0);
+    let mut rows = vec![std::iter::once(kind)
+        .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0))
+        .map(str::to_owned)
+        .collect::<Vec<_>>()];
+    for st in &sw.sweep.steps {
+        rows.push(
+            std::iter::once(kind)
+                .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
+                .map(|k| fmt(st.column(k)))
+                .collect(),
+        );
+    }
+    p.table(&rows, &[26.0, 24.0, 26.0, 26.0, 26.0, 26.0, 26.0, 26.0, 22.0, 22.0], 8.0);
+    let charts = sweep_charts(sw);
+    let y0 = p.y + 2.0;
+    for (i, c) in charts.iter().take(2).enumerate() {
+        p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(90.0));
+    }
+    let p = d.page();
+    for (i, c) in charts.iter().skip(2).enumerate() {
+        p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
+    }
+    for (i, r) in sw.steps.iter().enumerate() {
+        let label = fmt(sw.sweep.steps.get(i).map(crate::SweepStep::value));
+        let mut p = d.page();
+        p.line(&format!("Step {} — {kind} {label}", i + 1), 14.0);
+        p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
+        let hl: Vec<String> =
+            run_highlights(&r.summary.metrics).iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        for h in hl.chunks(3) {
+            p.line(&h.join("    "), 9.0);
+        }
+        let charts = run_charts(r);
+        let y0 = p.y + 2.0;
+        for (j, c) in charts.iter().take(2).enumerate() {
+            p.chart(c, 14.0 + j as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(80.0));
+        }
+    }
 }

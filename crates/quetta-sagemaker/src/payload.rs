@@ -25,6 +25,19 @@ pub enum Payload {
     Template { body: Value, text_pointer: String },
 }
 
+impl Payload {
+    /// A template payload read from a JSON file (`{{prompt}}`, `{{messages}}`,
+    /// `{{max_tokens}}`, `{{stream}}` placeholders); an error names the file, line and column.
+    pub fn template_file(path: &std::path::Path, text_pointer: &str) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let body: Value = serde_json::from_str(&text).map_err(|e| {
+            format!("{}: line {}, column {}: not JSON: {e}", path.display(), e.line(), e.column())
+        })?;
+        Ok(Payload::Template { body, text_pointer: text_pointer.to_owned() })
+    }
+}
+
 /// The prompt as one text (chat messages joined by newlines).
 pub(crate) fn prompt_text(p: &Prompt) -> Result<String, EngineError> {
     match p {

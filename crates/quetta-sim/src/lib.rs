@@ -76,7 +76,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Append one JSON line per finished request to this file.
     pub record: Option<PathBuf>,
-    /// Keep records in memory for [`Simulator::records`].
+    /// Keep records in memory for [`Simulator::records`] (off by default: a long run's
+    /// records would grow without bound; tests turn it on).
     pub keep_records: bool,
     /// Runtime worker threads of the simulator (its own runtime).
     pub worker_threads: usize,
@@ -109,16 +110,16 @@ impl Default for SimConfig {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             model: "quetta-sim".into(),
-            ttft: Duration::from_millis(50),
+            ttft: Duration::from_millis(20),
             prefill_per_token: Duration::ZERO,
-            itl: Duration::from_millis(10),
+            itl: Duration::from_millis(5),
             itl_jitter: Duration::ZERO,
             tokens_per_chunk: 1,
             output_len: OutputLen::MaxTokens,
             default_max_tokens: 128,
             seed: 0,
             record: None,
-            keep_records: true,
+            keep_records: false,
             worker_threads: 1,
             nice: 0,
             faults: Vec::new(),

@@ -84,8 +84,8 @@ pub enum Source {
     /// Lengths (and, when the load says so, arrival gaps) drawn from a fitted distribution
     /// file (`quetta-bench workload fit`).
     Distribution { path: PathBuf },
-    /// Multi-turn sessions from a file, at most `max_turns` turns each.
-    Sessions { path: PathBuf, format: SessionFormat, max_turns: Option<usize> },
+    /// Multi-turn sessions from a file.
+    Sessions { path: PathBuf, format: SessionFormat },
 }
 
 /// Images attached to each chat request (`--modality vision`).
@@ -118,6 +118,8 @@ pub struct WorkloadSpec {
     /// planned output length.
     pub stress: bool,
     pub vision: Option<Vision>,
+    /// Keep at most this many turns of each session (session files and profiles).
+    pub max_turns: Option<usize>,
     /// Replay recorded times (a trace's, or sessions' recorded starts) this many times faster.
     pub replay_speed: f64,
     /// Tokens per prefix block of Mooncake `hash_ids`.
@@ -139,6 +141,7 @@ impl Default for WorkloadSpec {
             token_ids: false,
             stress: false,
             vision: None,
+            max_turns: None,
             replay_speed: 1.0,
             block_size: 512,
             seed: 0,
@@ -250,6 +253,14 @@ impl Built {
         matches!(self.work, BuiltWork::Sessions(_))
     }
 
+    /// The sessions (`None` for a request workload).
+    pub fn sessions(&self) -> Option<&BuiltSessions> {
+        match &self.work {
+            BuiltWork::Sessions(s) => Some(s),
+            BuiltWork::Requests(_) => None,
+        }
+    }
+
     /// The request workload (`None` for sessions).
     pub fn requests(&mut self) -> Option<&mut Box<dyn Workload>> {
         match &mut self.work {
@@ -299,10 +310,7 @@ impl WorkloadSpec {
 
     /// Multi-turn sessions from a file in `format`.
     pub fn sessions(path: impl Into<PathBuf>, format: SessionFormat) -> Self {
-        Self {
-            source: Source::Sessions { path: path.into(), format, max_turns: None },
-            ..Self::default()
-        }
+        Self { source: Source::Sessions { path: path.into(), format }, ..Self::default() }
     }
 
     /// Build the workload for a run of `limits`: load the files, resolve the profile and the
@@ -579,12 +587,11 @@ impl WorkloadSpec {
         limits: &Limits,
         notes: &mut Vec<String>,
     ) -> Result<BuiltSessions, WorkloadError> {
-        let max_turns = match &self.source {
-            Source::Sessions { max_turns, .. } => *max_turns,
-            _ => None,
+        let opts = LoadOptions {
+            tokenizer: tokenizer.as_deref(),
+            output_len: self.output_len,
+            max_turns: self.max_turns,
         };
-        let opts =
-            LoadOptions { tokenizer: tokenizer.as_deref(), output_len: self.output_len, max_turns };
         let list: Vec<Session> = match &self.source {
             Source::Sessions { path, format, .. } => match format {
                 SessionFormat::Sharegpt => load_sessions_sharegpt(path, opts)?,

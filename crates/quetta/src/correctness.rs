@@ -1,45 +1,18 @@
-//! `quetta-bench correctness` (as llmperf's): numbers spelled out in words; the model must
-//! answer the digits. Reports the mismatch rate and examples.
+//! A correctness check (llmperf's): numbers spelled out in words; the model must answer the
+//! digits. The mismatch rate says whether a deployment's numerics (a quantisation, a kernel)
+//! broke the model.
 
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use clap::Args;
-use quetta_engine::{Engine, Message, Prompt};
-use quetta_loadgen::{Observer, RunConfig};
+use quetta_engine::{Message, Prompt};
+use quetta_loadgen::{Observer, RunConfig, Runner, Work};
 use quetta_metrics::RequestRecord;
-use quetta_openai::{list_models, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+use quetta_report::{CorrectnessExample, CorrectnessReport};
 use quetta_workload::{PlannedRequest, Workload};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde_json::json;
 
-#[derive(Debug, Args)]
-pub struct CorrectnessArgs {
-    /// Server root URL.
-    #[arg(long)]
-    base_url: String,
-    #[arg(long)]
-    model: Option<String>,
-    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    #[arg(long, default_value_t = 50)]
-    num_requests: u64,
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Largest number to spell (numbers are drawn uniformly from 0..=MAX).
-    #[arg(long, default_value_t = 999_999)]
-    max_number: u64,
-    #[arg(long, default_value_t = 32)]
-    max_tokens: u32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Write correctness.json here.
-    #[arg(long)]
-    output_dir: Option<std::path::PathBuf>,
-}
+use crate::{Error, Result, Target};
 
 const ONES: [&str; 20] = [
     "zero",
@@ -135,11 +108,11 @@ struct Numbers {
 
 impl Workload for Numbers {
     fn request(&mut self, index: u64) -> Option<PlannedRequest> {
-        let n = *self.numbers.get(index as usize)?;
+        let n = *self.numbers.get(usize::try_from(index).ok()?)?;
         let text = prompt(n);
         Some(PlannedRequest {
             index,
-            input_tokens: text.split_whitespace().count() as u32,
+            input_tokens: u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX),
             prompt: Prompt::Chat(vec![Message::text("user", text)]),
             input_tokens_exact: false,
             max_tokens: self.max_tokens,
@@ -155,89 +128,74 @@ impl Observer for Collect {
     }
 }
 
-pub fn main(a: CorrectnessArgs) -> Result<ExitCode> {
-    if a.num_requests == 0 || a.concurrency == 0 {
-        bail!("--num-requests and --concurrency must be at least 1");
+/// A correctness check of a target.
+#[derive(Debug, Clone)]
+pub struct Correctness {
+    pub target: Target,
+    pub requests: u64,
+    pub concurrency: usize,
+    /// Numbers are drawn uniformly from 0..=`max_number`.
+    pub max_number: u64,
+    pub max_tokens: u32,
+    pub seed: u64,
+}
+
+impl Correctness {
+    /// 50 numbers below a million, 4 at a time, greedy decoding.
+    pub fn new(target: Target) -> Self {
+        Self { target, requests: 50, concurrency: 4, max_number: 999_999, max_tokens: 32, seed: 0 }
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async {
-        let key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(ApiKey::new);
-        let model = match &a.model {
-            Some(m) => m.clone(),
-            None => list_models(&a.base_url, key.as_ref(), false, Duration::from_secs(15))
-                .await
-                .with_context(|| {
-                    format!("no --model given and GET {}/v1/models failed", a.base_url)
-                })?
-                .into_iter()
-                .next()
-                .context("/v1/models lists no model")?,
-        };
-        let mut cfg = OpenAiConfig::new(&a.base_url, Api::Chat, &model);
-        cfg.api_key = key;
-        let engine: Arc<dyn Engine> = Arc::new(OpenAiEngine::new(cfg)?);
-        let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
+
+    /// Ask, and count the wrong answers (up to 5 examples of them).
+    pub async fn run(&self) -> Result<CorrectnessReport> {
+        if self.requests == 0 || self.concurrency == 0 {
+            return Err(Error::config("--num-requests and --concurrency must be at least 1"));
+        }
+        let c = self.target.connect().await?;
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         let numbers: Arc<Vec<u64>> =
-            Arc::new((0..a.num_requests).map(|_| rng.gen_range(0..=a.max_number)).collect());
-        let mut rc = RunConfig::closed(a.concurrency, a.num_requests);
+            Arc::new((0..self.requests).map(|_| rng.gen_range(0..=self.max_number)).collect());
+        let mut rc = RunConfig::closed(self.concurrency, self.requests);
         rc.capture_text = true;
         Arc::make_mut(&mut rc.params).sampling.temperature = Some(0.0);
-        rc.seed = a.seed;
+        rc.seed = self.seed;
         let collect = Arc::new(Collect(Mutex::new(Vec::new())));
-        let out = quetta_loadgen::Runner::new(engine, rc)
+        let out = Runner::new(c.engine.clone(), rc)
             .observer(collect.clone())
-            .run(quetta_loadgen::Work::Requests(Box::new(Numbers {
+            .run(Work::Requests(Box::new(Numbers {
                 numbers: numbers.clone(),
-                max_tokens: a.max_tokens,
+                max_tokens: self.max_tokens,
             })))
             .await?;
         let recs = collect.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let (mut ok, mut wrong, mut failed) = (0u64, 0u64, 0u64);
+        let (mut wrong, mut failed) = (0u64, 0u64);
         let mut examples = Vec::new();
         for r in &recs {
-            let n = numbers[r.id as usize];
+            let n = numbers[usize::try_from(r.id).unwrap_or(0)];
             if !r.ok() {
                 failed += 1;
                 continue;
             }
             let reply = r.text.clone().unwrap_or_default();
-            if answers(&reply, n) {
-                ok += 1;
-            } else {
+            if !answers(&reply, n) {
                 wrong += 1;
                 if examples.len() < 5 {
-                    examples.push(json!({"number": n, "words": spell(n), "reply": reply}));
+                    examples.push(CorrectnessExample { number: n, words: spell(n), reply });
                 }
             }
         }
-        let answered = ok + wrong;
-        let rate = if answered > 0 { wrong as f64 / answered as f64 } else { 0.0 };
-        println!("== Quetta correctness: {model} ==");
-        println!("requests   {} ({} answered, {failed} failed)", recs.len(), answered);
-        println!("mismatch   {wrong} of {answered} answers ({:.1}%)", rate * 100.0);
-        for e in &examples {
-            println!(
-                "example    {} ({}) -> {:?}",
-                e["number"],
-                e["words"].as_str().unwrap_or(""),
-                e["reply"].as_str().unwrap_or("")
-            );
-        }
-        let report = json!({
-            "model": model, "requests": recs.len(), "answered": answered, "failed": failed,
-            "mismatches": wrong, "mismatch_rate": rate, "examples": examples,
-            "request_throughput": out.aggregate.summary(&[]).request_throughput,
-        });
-        if let Some(d) = &a.output_dir {
-            std::fs::create_dir_all(d)?;
-            std::fs::write(
-                d.join("correctness.json"),
-                serde_json::to_string_pretty(&report)? + "\n",
-            )?;
-            println!("results    {}", d.display());
-        }
-        Ok(ExitCode::SUCCESS)
-    })
+        let answered = recs.len() as u64 - failed;
+        Ok(CorrectnessReport {
+            model: c.model.clone(),
+            requests: recs.len() as u64,
+            answered,
+            failed,
+            mismatches: wrong,
+            mismatch_rate: if answered > 0 { wrong as f64 / answered as f64 } else { 0.0 },
+            examples,
+            request_throughput: out.aggregate.summary(&[]).request_throughput,
+        })
+    }
 }
 
 #[cfg(test)]

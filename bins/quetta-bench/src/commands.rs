@@ -1,0 +1,459 @@
+//! The subcommands: each turns its flags into a library call and prints the result.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use quetta::report::{files, render_summary, RunDir};
+use quetta::{Benchmark, CompareOptions, RunControl, SearchOver, SloSearch, Steps, Sweep};
+
+use crate::flags::{default_dir, RunArgs};
+
+/// A runtime; Ctrl-C stops `control` (requests in flight drain).
+fn runtime(threads: Option<usize>, control: &Arc<RunControl>) -> Result<tokio::runtime::Runtime> {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(n.max(1))
+        .enable_all()
+        .build()?;
+    let c = control.clone();
+    rt.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "\ninterrupted: no new requests; waiting for requests in flight (drain timeout)..."
+            );
+            c.stop();
+        }
+    });
+    Ok(rt)
+}
+
+/// A progress line on a terminal while `control`'s run goes on.
+fn progress(
+    rt: &tokio::runtime::Runtime,
+    control: &Arc<RunControl>,
+    quiet: bool,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let c = control.clone();
+    Some(rt.spawn(async move {
+        let t0 = Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tick.tick().await;
+            let p = &c.progress;
+            let (done, failed) =
+                (p.completed.load(Ordering::Relaxed), p.failed.load(Ordering::Relaxed));
+            let el = t0.elapsed().as_secs_f64();
+            eprint!(
+                "\r\x1b[2K[{el:6.1}s] {done} done, {} in flight, {failed} errors, {:.1} req/s",
+                p.in_flight.load(Ordering::Relaxed),
+                if el > 0.0 { (done + failed) as f64 / el } else { 0.0 }
+            );
+        }
+    }))
+}
+
+fn banner(a: &RunArgs) {
+    if a.embedded_simulator() {
+        eprintln!(
+            "no --base-url: benchmarking Quetta's embedded simulator (TTFT {} ms, ITL {} ms)",
+            a.sim_ttft_ms, a.sim_itl_ms
+        );
+    }
+    if a.insecure {
+        eprintln!("warning: --insecure: TLS certificates are NOT verified");
+    }
+}
+
+/// `quetta-bench run`.
+pub fn run(a: &RunArgs) -> Result<ExitCode> {
+    let b = a.to_benchmark()?;
+    let rt = runtime(a.threads, &b.control)?;
+    if a.dry_run {
+        print!("{}", rt.block_on(b.plan())?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    banner(a);
+    let p = progress(&rt, &b.control, a.quiet);
+    let r = rt.block_on(b.run());
+    if let Some(p) = p {
+        p.abort();
+        eprint!("\r\x1b[2K");
+    }
+    let r = r?;
+    println!("{}", render_summary(&r.summary, r.dir.as_deref()));
+    let m = &r.summary.metrics;
+    if let Some(min) = a.min_success_rate {
+        let measured = m.completed + m.failed;
+        let rate = if measured > 0 { m.completed as f64 / measured as f64 } else { 0.0 };
+        if rate < min {
+            eprintln!(
+                "error: success rate {:.1}% is below --min-success-rate {:.1}%",
+                rate * 100.0,
+                min * 100.0
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `quetta-bench sweep`; every `run` flag applies to each step.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Closed-loop steps at these concurrencies, e.g. 1,8,32.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["concurrency_pow2", "rates"])]
+    concurrencies: Vec<usize>,
+    /// Closed-loop steps at 1, 2, 4, … and MAX (llmperf's power-of-two steps).
+    #[arg(long, conflicts_with = "rates")]
+    concurrency_pow2: Option<usize>,
+    /// Open-loop steps at these rates (req/s), or `auto`: measure the maximum throughput
+    /// first (closed loop at --auto-concurrency), then spread --auto-steps rates up to it.
+    #[arg(long)]
+    rates: Option<String>,
+    #[arg(long, default_value_t = 64)]
+    auto_concurrency: usize,
+    #[arg(long, default_value_t = 5)]
+    auto_steps: usize,
+    /// Use the same prompts in every step (by default each step draws fresh ones).
+    #[arg(long)]
+    same_prompts: bool,
+}
+
+/// The base benchmark of a sweep or search (no default directory per step: the command's).
+fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
+    let mut b = a.to_benchmark()?;
+    b.output_dir = Some(a.output_dir.clone().unwrap_or_else(|| default_dir(kind)));
+    Ok(b)
+}
+
+fn say() -> quetta::OnStep {
+    Arc::new(|line: &str| eprintln!("{line}"))
+}
+
+pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
+    let b = base(&a.run, "sweep")?;
+    let steps = match (&a.rates, a.concurrency_pow2, a.concurrencies.is_empty()) {
+        (Some(r), _, _) if r == "auto" => {
+            Steps::AutoRates { concurrency: a.auto_concurrency, steps: a.auto_steps }
+        }
+        (Some(r), _, _) => Steps::Rates(
+            r.split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite() && *v > 0.0)
+                        .with_context(|| format!("--rates: {x:?} is not a positive number"))
+                })
+                .collect::<Result<_>>()?,
+        ),
+        (None, Some(max), _) => Sweep::pow2(b.clone(), max).steps,
+        (None, None, false) => Steps::Concurrencies(a.concurrencies.clone()),
+        (None, None, true) => bail!("give --concurrencies, --concurrency-pow2 or --rates"),
+    };
+    let rt = runtime(a.run.threads, &b.control)?;
+    banner(&a.run);
+    let dir = b.output_dir.clone();
+    let mut s = Sweep::new(b, steps);
+    s.same_prompts = a.same_prompts;
+    s.on_step = Some(say());
+    let report = rt.block_on(s.run())?;
+    print!("{}", report.render(dir.as_deref()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `quetta-bench slo`; every `run` flag applies to each probe (`--slo` holds the
+/// run-level objectives here, e.g. `--slo ttft:p99<500ms,tpot:p99<40ms`).
+#[derive(Debug, Args)]
+pub struct SloArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Search over the request rate (open loop, the default) or the concurrency.
+    #[arg(long, default_value = "rate")]
+    search: String,
+    /// First rate (req/s) or concurrency to try.
+    #[arg(long, default_value_t = 1.0)]
+    start: f64,
+    /// Never try beyond this rate or concurrency.
+    #[arg(long, default_value_t = 10_000.0)]
+    max: f64,
+    /// Stop bisecting when the bracket is narrower than this share of its upper end.
+    #[arg(long, default_value_t = 0.05)]
+    tolerance: f64,
+    /// Requests per probe.
+    #[arg(long, default_value_t = 200)]
+    min_requests: u64,
+    /// A probe with more failed requests than this share fails.
+    #[arg(long, default_value_t = 0.01)]
+    max_error_rate: f64,
+    #[arg(long, default_value_t = 24)]
+    max_probes: usize,
+}
+
+pub fn slo(a: SloArgs) -> Result<ExitCode> {
+    let mut b = base(&a.run, "slo")?;
+    let objectives = b
+        .slos
+        .take()
+        .context("give the objectives with --slo, e.g. --slo ttft:p99<500ms,tpot:p99<40ms")?;
+    let over = match a.search.as_str() {
+        "rate" => SearchOver::Rate,
+        "concurrency" => SearchOver::Concurrency,
+        s => bail!("--search {s:?}: expected rate or concurrency"),
+    };
+    let rt = runtime(a.run.threads, &b.control)?;
+    banner(&a.run);
+    let dir = b.output_dir.clone();
+    let mut s = SloSearch::new(b, objectives);
+    s.over = over;
+    (s.start, s.max, s.tolerance) = (a.start, a.max, a.tolerance);
+    (s.requests_per_probe, s.max_error_rate, s.max_probes) =
+        (a.min_requests, a.max_error_rate, a.max_probes);
+    s.on_step = Some(say());
+    let report = rt.block_on(s.run())?;
+    print!("{}", report.render(dir.as_deref()));
+    Ok(if report.answer.is_some() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline run's directory.
+    baseline: PathBuf,
+    /// The candidate run's directory.
+    candidate: PathBuf,
+    /// Exit 1 when a metric is significantly worse by more than this (e.g. 5%).
+    #[arg(long)]
+    fail_on_regression: Option<String>,
+    /// Significance level of the tests.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+    /// A baseline older than this is marked stale (e.g. 30d, 12h).
+    #[arg(long, default_value = "30d", value_parser = age_arg)]
+    max_baseline_age: Duration,
+    /// Refuse to compare runs whose workload or load settings differ.
+    #[arg(long)]
+    strict: bool,
+}
+
+fn age_arg(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?}: expected e.g. 30d, 12h, 90m or 60s");
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let k = match unit {
+        "d" | "" => 86_400,
+        "h" => 3_600,
+        "m" => 60,
+        "s" => 1,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(k)))
+}
+
+pub fn compare(a: &CompareArgs) -> Result<ExitCode> {
+    let threshold = match &a.fail_on_regression {
+        Some(t) => Some(
+            t.trim_end_matches('%')
+                .parse::<f64>()
+                .ok()
+                .filter(|v| *v >= 0.0)
+                .with_context(|| format!("--fail-on-regression {t:?}: expected e.g. 5%"))?
+                / 100.0,
+        ),
+        None => None,
+    };
+    let opts = CompareOptions {
+        alpha: a.alpha,
+        fail_on_regression: threshold,
+        max_baseline_age: a.max_baseline_age,
+        strict: a.strict,
+        ..CompareOptions::default()
+    };
+    let (base, cand) = (RunDir::open(&a.baseline)?, RunDir::open(&a.candidate)?);
+    let report = quetta::compare(&base, &cand, &opts)?;
+    print!("{}", report.render());
+    cand.write_compare(&report)?;
+    Ok(if report.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The run's directory.
+    run: PathBuf,
+    /// csv or parquet (one row per request), or vllm (the result JSON of vLLM's `bench serve`).
+    #[arg(long, default_value = "csv")]
+    format: String,
+    /// Output file (default: RUN/requests.csv, RUN/requests.parquet or RUN/vllm_result.json).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+pub fn export(a: &ExportArgs) -> Result<ExitCode> {
+    let d = RunDir::open(&a.run)?;
+    let out = |f: &str| a.output.clone().unwrap_or_else(|| d.file(f));
+    match a.format.as_str() {
+        "csv" => println!(
+            "wrote {} ({} rows)",
+            out(files::CSV).display(),
+            quetta::export::csv(&d, &out(files::CSV))?
+        ),
+        "parquet" => println!(
+            "wrote {} ({} rows)",
+            out(files::PARQUET).display(),
+            quetta::export::parquet(&d, &out(files::PARQUET))?
+        ),
+        "vllm" => {
+            d.write_vllm(&quetta::export::vllm(&d)?, &out(files::VLLM))?;
+            println!("wrote {}", out(files::VLLM).display());
+        }
+        f => bail!("--format {f:?}: expected csv, parquet or vllm"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `quetta-bench report DIR`: show a run or sweep (rebuilding the summary of a run that
+/// died without one) and write report.html and report.pdf.
+pub fn report(dir: &Path) -> Result<ExitCode> {
+    let d = RunDir::open(dir)?;
+    if d.is_sweep() {
+        print!("{}", d.read_sweep()?.render(Some(dir)));
+    } else {
+        let s = if d.has_summary() { d.read_summary()? } else { d.rebuild()? };
+        println!("{}", render_summary(&s, Some(dir)));
+    }
+    let (html, pdf) = d.write_reports()?;
+    println!("report     {} and {}", html.display(), pdf.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct CorrectnessArgs {
+    /// Server root URL.
+    #[arg(long)]
+    base_url: String,
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    num_requests: u64,
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Largest number to spell (numbers are drawn uniformly from 0..=MAX).
+    #[arg(long, default_value_t = 999_999)]
+    max_number: u64,
+    #[arg(long, default_value_t = 32)]
+    max_tokens: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write correctness.json here.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+}
+
+pub fn correctness(a: &CorrectnessArgs) -> Result<ExitCode> {
+    let mut t = quetta::Target::openai(&a.base_url);
+    t.model.clone_from(&a.model);
+    t.api_key = a.api_key.clone().filter(|k| !k.is_empty());
+    let mut c = quetta::correctness::Correctness::new(t);
+    (c.requests, c.concurrency, c.max_number, c.max_tokens, c.seed) =
+        (a.num_requests, a.concurrency, a.max_number, a.max_tokens, a.seed);
+    let r = runtime(Some(2), &RunControl::new())?.block_on(c.run())?;
+    println!("== Quetta correctness: {} ==", r.model);
+    println!("requests   {} ({} answered, {} failed)", r.requests, r.answered, r.failed);
+    println!(
+        "mismatch   {} of {} answers ({:.1}%)",
+        r.mismatches,
+        r.answered,
+        r.mismatch_rate * 100.0
+    );
+    for e in &r.examples {
+        println!("example    {} ({}) -> {:?}", e.number, e.words, e.reply);
+    }
+    if let Some(d) = &a.output_dir {
+        RunDir::create(d, true)?.write_correctness(&r)?;
+        println!("results    {}", d.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `quetta-bench profiles`: the built-in profiles, and a file's.
+pub fn profiles(file: Option<&Path>) -> Result<ExitCode> {
+    use quetta::workload::profiles;
+    println!("{:<24}{:>8}{:>8}  {:<62}{:<52}mode", "profile", "ISL", "OSL", "dataset", "arrival");
+    for p in profiles::builtin() {
+        let mode = match (p.source == profiles::Source::Synthetic, p.is_multiturn()) {
+            (true, _) => "single-turn",
+            (false, true) => "multi-turn",
+            (false, false) => "trace replay",
+        };
+        println!(
+            "{:<24}{:>8}{:>8}  {:<62}{:<52}{mode}",
+            p.name,
+            p.input_len,
+            p.output_len,
+            p.dataset(),
+            p.arrival()
+        );
+    }
+    let Some(f) = file else { return Ok(ExitCode::SUCCESS) };
+    for p in profiles::load_file(f)? {
+        let src = p.trace.as_deref().or(p.dataset.as_deref()).unwrap_or("synthetic");
+        let load = match (p.request_rate, p.concurrency) {
+            (Some(r), _) => format!("{r} req/s {}", p.arrival.as_deref().unwrap_or("poisson")),
+            (None, Some(c)) => format!("concurrency {c}"),
+            _ => "as given".into(),
+        };
+        let len = |v: Option<u32>| v.map_or("-".into(), |v| v.to_string());
+        println!(
+            "{:<24}{:>8}{:>8}  {src:<48}{load:<44}user ({})",
+            p.name,
+            len(p.input_len),
+            len(p.output_len),
+            f.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `quetta-bench workload fit`.
+pub fn fit(
+    trace: &Path,
+    format: quetta::workload::spec::TraceFormat,
+    columns: &str,
+    output: &Path,
+) -> Result<ExitCode> {
+    use quetta::workload::distribution::Distribution;
+    let rows = quetta::workload::spec::load_trace(trace, format, columns)?;
+    let d = Distribution::fit(&trace.display().to_string(), &rows)?;
+    std::fs::write(output, serde_json::to_string_pretty(&d)? + "\n")
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    println!("fitted {} requests from {}", rows.len(), trace.display());
+    for (name, f) in [
+        ("input length", &d.input_len),
+        ("output length", &d.output_len),
+        ("inter-arrival (s)", &d.inter_arrival_s),
+    ] {
+        let fits: Vec<String> =
+            f.fits.iter().map(|x| format!("{} KS {:.3}", x.family, x.ks)).collect();
+        println!(
+            "  {name:<18} mean {:>10.3}  p50 {:>10.3}  p99 {:>10.3}  fits: {}",
+            f.mean,
+            f.quantiles[500],
+            f.quantiles[990],
+            fits.join(", ")
+        );
+    }
+    println!("sampling uses the empirical quantiles; wrote {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}

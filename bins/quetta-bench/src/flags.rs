@@ -1,0 +1,708 @@
+//! The flags of `run` (shared by `sweep` and `slo`) and their one conversion to a
+//! [`quetta::Benchmark`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use quetta::workload::dataset::Filters;
+use quetta::workload::spec::{DatasetFormat, SessionFormat, Source, TraceFormat, Vision};
+use quetta::{Arrival, Benchmark, History, Load, SimConfig, Target, WorkloadSpec};
+
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    quetta::metrics::slo::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 500ms, 30s, 2m)"))
+}
+
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} must be a positive number")),
+    }
+}
+
+pub fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(format!("{s:?} must be a positive whole number")),
+    }
+}
+
+fn positive_usize(s: &str) -> Result<usize, String> {
+    positive_u64(s).map(|v| usize::try_from(v).unwrap_or(usize::MAX))
+}
+
+fn header_arg(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected NAME:VALUE"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+macro_rules! choice {
+    ($name:ident { $($(#[doc = $d:literal])* $v:ident),+ $(,)? }) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+        pub enum $name { $($(#[doc = $d])* $v),+ }
+    };
+}
+
+choice!(Endpoint { Chat, Completions });
+choice!(DatasetArg { Sharegpt, Jsonl, Text });
+choice!(TraceArg {
+    Mooncake,
+    Azure,
+    /// Any CSV with a header, read through --trace-columns (BurstGPT's by default).
+    Csv,
+    /// Any JSONL, read through --trace-columns.
+    Jsonl,
+});
+impl TraceArg {
+    pub fn format(self) -> TraceFormat {
+        match self {
+            TraceArg::Mooncake => TraceFormat::Mooncake,
+            TraceArg::Azure => TraceFormat::Azure,
+            TraceArg::Csv => TraceFormat::Csv,
+            TraceArg::Jsonl => TraceFormat::Jsonl,
+        }
+    }
+}
+
+choice!(BackendArg {
+    /// Any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, OpenAI).
+    Openai,
+    /// A LiteLLM proxy: its x-litellm-* headers are kept, its error objects named by kind.
+    Litellm,
+    /// An Amazon SageMaker endpoint (--sagemaker-endpoint; SigV4, the AWS credential chain).
+    Sagemaker,
+    /// Google Vertex AI (--vertex-project, --model; application default credentials).
+    Vertex,
+});
+choice!(ModalityArg {
+    Text,
+    /// Attach images (the bundled test image, or --image files) to each chat request.
+    Vision,
+});
+choice!(SessionArg {
+    /// ShareGPT-style conversations, tool-call conversations included.
+    Sharegpt,
+    /// JSONL lines with `turns: [user message, ...]` (MT-Bench).
+    TurnsJsonl,
+    /// A TOML distribution file: turns, new-prompt and output lengths, think time.
+    Synth,
+});
+choice!(PacingArg {
+    /// Each session sends its next turn when its reply has arrived and its think time passed.
+    PerSession,
+    /// A barrier at every turn across a group of sessions (a herd: artificial spikes).
+    Interleaved,
+    /// Sessions start at the times recorded in the file (`start_ms`).
+    Recorded,
+});
+choice!(HistoryArg {
+    /// Earlier turns carry the engine's own replies.
+    Engine,
+    /// Earlier turns carry the replies recorded in the dataset.
+    Recorded,
+});
+choice!(ModeArg {
+    Normal,
+    /// Unique random-token prompts (no prefix-cache hits), ignore_eos and min_tokens = max_tokens.
+    Stress,
+});
+choice!(ArrivalArg { Poisson, Gamma, Constant });
+choice!(PayloadArg {
+    /// OpenAI chat body (messages API of TGI, LMI and vLLM containers); SSE answers.
+    Openai,
+    /// `{"inputs", "parameters"}` (JumpStart, TGI, LMI); JSON-lines answers.
+    Jumpstart,
+    /// --sagemaker-template FILE with {{prompt}}, {{messages}}, {{max_tokens}}, {{stream}}.
+    Template,
+});
+choice!(VertexApiArg {
+    /// Gemini streamGenerateContent (SSE).
+    Gemini,
+    /// The OpenAI-compatible endpoint (Model Garden, or --vertex-endpoint-id).
+    Openai,
+    /// :predict on --vertex-endpoint-id (not streamed: TTFT equals E2E).
+    Predict,
+});
+
+/// Flags of the managed backends.
+#[derive(Debug, Clone, Args)]
+pub struct ManagedArgs {
+    /// SageMaker endpoint name (--backend sagemaker).
+    #[arg(long)]
+    pub sagemaker_endpoint: Option<String>,
+    /// SageMaker InferenceComponentName.
+    #[arg(long)]
+    pub inference_component: Option<String>,
+    /// SageMaker TargetVariant.
+    #[arg(long)]
+    pub target_variant: Option<String>,
+    /// SageMaker CustomAttributes, passed to the container verbatim.
+    #[arg(long)]
+    pub custom_attributes: Option<String>,
+    /// AWS region (else AWS_REGION, AWS_DEFAULT_REGION or the profile's).
+    #[arg(long)]
+    pub aws_region: Option<String>,
+    /// AWS profile in the shared config/credentials files (else AWS_PROFILE or default).
+    #[arg(long)]
+    pub aws_profile: Option<String>,
+    /// SageMaker runtime endpoint override (a local fake, a VPC endpoint).
+    #[arg(long)]
+    pub aws_endpoint_url: Option<String>,
+    /// What the SageMaker container speaks.
+    #[arg(long, value_enum, default_value = "openai")]
+    pub sagemaker_payload: PayloadArg,
+    /// JSON request template for --sagemaker-payload template.
+    #[arg(long)]
+    pub sagemaker_template: Option<PathBuf>,
+    /// JSON pointer to the text in each streamed line (template and jumpstart payloads).
+    #[arg(long, default_value = "/token/text")]
+    pub sagemaker_text_pointer: String,
+    /// Google Cloud project (--backend vertex).
+    #[arg(long)]
+    pub vertex_project: Option<String>,
+    /// Vertex AI location (region, or `global`).
+    #[arg(long, default_value = "us-central1")]
+    pub vertex_location: String,
+    /// A deployed Vertex AI endpoint's id (OpenAI-compatible self-deployed models, predict).
+    #[arg(long)]
+    pub vertex_endpoint_id: Option<String>,
+    /// Which Vertex AI API to call.
+    #[arg(long, value_enum, default_value = "gemini")]
+    pub vertex_api: VertexApiArg,
+    /// Vertex AI endpoint override (a local fake, a proxy).
+    #[arg(long)]
+    pub vertex_endpoint_url: Option<String>,
+    /// Google credentials file (else application default credentials).
+    #[arg(long)]
+    pub vertex_credentials: Option<PathBuf>,
+}
+
+/// Flags of `quetta-bench run`.
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
+pub struct RunArgs {
+    /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Which kind of endpoint the server is.
+    #[arg(long, value_enum, default_value = "openai")]
+    pub backend: BackendArg,
+    #[command(flatten)]
+    pub managed: ManagedArgs,
+    /// OpenAI API to call.
+    #[arg(long, value_enum, default_value = "chat")]
+    pub endpoint: Endpoint,
+    /// Keep this response header in each request record (repeatable; a trailing `*`
+    /// matches a prefix, e.g. `x-ratelimit-*`).
+    #[arg(long = "record-header")]
+    pub record_headers: Vec<String>,
+    /// `vision`: attach images to each chat request (image tokens come from usage).
+    #[arg(long, value_enum, default_value = "text")]
+    pub modality: ModalityArg,
+    /// Image files for --modality vision (repeatable; default: the bundled test image).
+    #[arg(long = "image")]
+    pub images: Vec<PathBuf>,
+    /// Images per request.
+    #[arg(long, default_value_t = 1)]
+    pub images_per_request: usize,
+    /// Model name (default: the first model listed by /v1/models).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// API key, sent as `Authorization: Bearer` (never written anywhere).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Closed loop: keep this many requests in flight (default 16 without --request-rate).
+    #[arg(long, value_parser = positive_usize, conflicts_with = "request_rate", allow_negative_numbers = true)]
+    pub concurrency: Option<usize>,
+    /// Open loop: send this many requests per second on a precomputed schedule.
+    #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
+    pub request_rate: Option<f64>,
+    /// Arrival process of the open loop (requests, or sessions with --session-rate) [default: poisson].
+    #[arg(long, value_enum)]
+    pub arrival: Option<ArrivalArg>,
+    /// Gamma shape of inter-arrival gaps (as vLLM's --burstiness); implies --arrival gamma.
+    #[arg(long, value_parser = positive_f64)]
+    pub burstiness: Option<f64>,
+    /// Ramp: start at this rate and rise (or fall) linearly to --request-rate over --ramp-over.
+    #[arg(long, requires_all = ["request_rate", "ramp_over"])]
+    pub ramp_from: Option<f64>,
+    /// Length of the ramp (e.g. 60s).
+    #[arg(long, value_parser = duration_arg, requires = "ramp_from")]
+    pub ramp_over: Option<Duration>,
+    /// Bursts: send this many requests at once every --burst-gap.
+    #[arg(long, value_parser = positive_u64, requires = "burst_gap", conflicts_with_all = ["request_rate", "concurrency"])]
+    pub burst_size: Option<u64>,
+    /// Time between bursts (e.g. 10s).
+    #[arg(long, value_parser = duration_arg, requires = "burst_size")]
+    pub burst_gap: Option<Duration>,
+    /// Cap on requests in flight in the open loop; waiting is recorded as queue time.
+    #[arg(long, value_parser = positive_usize)]
+    pub max_concurrency: Option<usize>,
+    /// Measured requests to send (default 100 when no --duration is given; a trace: all).
+    #[arg(long, value_parser = positive_u64)]
+    pub num_requests: Option<u64>,
+    /// Stop sending after this long (e.g. 60s).
+    #[arg(long, value_parser = duration_arg)]
+    pub duration: Option<Duration>,
+    /// Requests sent first and left out of the results.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Time requests in flight get to finish after the last send (or Ctrl-C).
+    #[arg(long, value_parser = duration_arg, default_value = "30s")]
+    pub drain_timeout: Duration,
+    /// A named workload profile (see `quetta-bench profiles`); explicit flags override it.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// A TOML file of user profiles (looked up before the built-in ones).
+    #[arg(long, requires = "profile")]
+    pub profile_file: Option<PathBuf>,
+    /// Prompts from a dataset file.
+    #[arg(long, conflicts_with = "trace")]
+    pub dataset: Option<PathBuf>,
+    /// Format of --dataset.
+    #[arg(long, value_enum, default_value = "sharegpt", requires = "dataset")]
+    pub dataset_format: DatasetArg,
+    /// Drop dataset prompts shorter than this (tokens).
+    #[arg(long, requires = "dataset")]
+    pub min_input_len: Option<u32>,
+    /// Drop dataset prompts longer than this (tokens).
+    #[arg(long, requires = "dataset")]
+    pub max_input_len: Option<u32>,
+    /// Drop dataset entries whose output length is above this.
+    #[arg(long, requires = "dataset")]
+    pub max_output_len: Option<u32>,
+    /// Lengths (and, without --request-rate or --concurrency, arrival gaps) from a
+    /// distribution file written by `quetta-bench workload fit`.
+    #[arg(long, conflicts_with_all = ["trace", "dataset"])]
+    pub workload: Option<PathBuf>,
+    /// Replay a request trace (arrival times, input and output lengths).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Format of --trace.
+    #[arg(long, value_enum, default_value = "mooncake", requires = "trace")]
+    pub trace_format: TraceArg,
+    /// Columns of a csv/jsonl trace: timestamp=COL,input=COL,output=COL[,unit=s|ms]
+    /// (default: BurstGPT's Timestamp, Request tokens, Response tokens in seconds).
+    #[arg(long, default_value = "")]
+    pub trace_columns: String,
+    /// Replay the trace (or recorded session starts) this many times faster.
+    #[arg(long, value_parser = positive_f64, default_value_t = 1.0)]
+    pub trace_speed: f64,
+    /// Tokens per prefix block of Mooncake hash_ids.
+    #[arg(long, default_value_t = 512)]
+    pub block_size: u32,
+    /// Tokenizer for exact prompt lengths: a tokenizer.json path or a Hugging Face model id.
+    #[arg(long)]
+    pub tokenizer: Option<String>,
+    /// Send prompts as token ids (completions endpoint; needs --tokenizer).
+    #[arg(long, requires = "tokenizer")]
+    pub token_ids: bool,
+    /// Multi-turn sessions from this file (see --session-format).
+    #[arg(long, conflicts_with_all = ["trace", "dataset", "workload"])]
+    pub sessions: Option<PathBuf>,
+    /// Format of --sessions.
+    #[arg(long, value_enum, default_value = "sharegpt", requires = "sessions")]
+    pub session_format: SessionArg,
+    /// Sessions running at once (per-session and interleaved pacing) [default: 8].
+    #[arg(long, value_parser = positive_usize, conflicts_with = "session_rate")]
+    pub session_concurrency: Option<usize>,
+    /// Open loop over sessions: start this many sessions per second (--arrival applies).
+    #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
+    pub session_rate: Option<f64>,
+    /// How sessions send their turns (recorded: sessions start at their `start_ms`).
+    #[arg(long, value_enum, default_value = "per-session")]
+    pub pacing: PacingArg,
+    /// Pause between a reply and the next turn: 0, 200ms, exp:2s, uniform:500ms-3s, or recorded[:FALLBACK].
+    #[arg(long, default_value = "0")]
+    pub think_time: String,
+    /// Header carrying each request's session id for sticky routing (`none`: no header).
+    #[arg(long, default_value = "x-session-id")]
+    pub session_header: String,
+    /// Body field carrying the session id (`none`: no field).
+    #[arg(long, default_value = "user")]
+    pub session_body_field: String,
+    /// Which replies earlier turns carry.
+    #[arg(long, value_enum, default_value = "engine")]
+    pub history: HistoryArg,
+    /// Measured sessions to run (default: each session of the file once; synthesis: 16).
+    #[arg(long, value_parser = positive_u64)]
+    pub num_sessions: Option<u64>,
+    /// Keep at most this many turns of each session.
+    #[arg(long, value_parser = positive_usize)]
+    pub max_turns: Option<usize>,
+    /// `stress`: unique random-token prompts, ignore_eos and min_tokens = max_tokens.
+    #[arg(long, value_enum, default_value = "normal")]
+    pub mode: ModeArg,
+    /// Scrape the server's Prometheus metrics during the run (`auto`: BASE_URL/metrics).
+    #[arg(long)]
+    pub server_metrics: Option<String>,
+    /// Interval between two scrapes.
+    #[arg(long, value_parser = duration_arg, default_value = "1s")]
+    pub server_metrics_interval: Duration,
+    /// Sample the local NVIDIA GPUs through NVML during the run (gpu.jsonl; energy per token).
+    #[arg(long)]
+    pub gpu_telemetry: bool,
+    /// Interval between two GPU samples.
+    #[arg(long, value_parser = duration_arg, default_value = "100ms")]
+    pub gpu_interval: Duration,
+    /// End the run early when requests in flight keep rising; the summary says so.
+    #[arg(long)]
+    pub stop_on_saturation: bool,
+    /// POST to this path of the server after the warmup (e.g. /reset_prefix_cache).
+    #[arg(long)]
+    pub reset_prefix_cache: Option<String>,
+    /// Mean prompt length in tokens (synthetic prompts) [default: 128, or the profile's].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub input_len: Option<u32>,
+    /// Standard deviation of the prompt length [default: 0, or the profile's].
+    #[arg(long)]
+    pub input_len_stddev: Option<f64>,
+    /// Mean output length in tokens (max_tokens) [default: 128, or the profile's].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub output_len: Option<u32>,
+    /// Standard deviation of the output length [default: 0, or the profile's].
+    #[arg(long)]
+    pub output_len_stddev: Option<f64>,
+    /// Ask the server to ignore end-of-sequence.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Ask for exactly the planned output length (ignore_eos and min_tokens = max_tokens).
+    #[arg(long)]
+    pub exact_output_length: bool,
+    /// Do not stream (TTFT then equals E2E).
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Sampling temperature.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling top_p.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Seed of the schedule and the prompts.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// SLOs: per request (goodput) ttft:500ms,tpot:50ms, or for the run ttft:p99<500ms.
+    #[arg(long)]
+    pub slo: Option<String>,
+    /// Extra percentiles to report, e.g. 75,99.99.
+    #[arg(long, value_delimiter = ',')]
+    pub percentiles: Vec<f64>,
+    /// Directory for the results (default quetta-results/run-TIMESTAMP).
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
+    /// Write into an output directory that already holds a run.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Use HTTP/2 with prior knowledge over cleartext.
+    #[arg(long)]
+    pub http2: bool,
+    /// Accept any TLS certificate (testing only; prints a warning).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Trust this extra CA certificate (PEM).
+    #[arg(long)]
+    pub ca_cert: Option<PathBuf>,
+    /// Extra request header NAME:VALUE (repeatable).
+    #[arg(long = "header", value_parser = header_arg)]
+    pub headers: Vec<(String, String)>,
+    /// Extra JSON body fields, as a JSON object.
+    #[arg(long)]
+    pub extra_body: Option<String>,
+    /// Limit on establishing a connection (TCP and TLS).
+    #[arg(long, value_parser = duration_arg)]
+    pub connect_timeout: Option<Duration>,
+    /// Time to first token limit.
+    #[arg(long, value_parser = duration_arg)]
+    pub ttft_timeout: Option<Duration>,
+    /// Longest silence between two events of a response.
+    #[arg(long, value_parser = duration_arg)]
+    pub idle_timeout: Option<Duration>,
+    /// Limit on a whole request.
+    #[arg(long, value_parser = duration_arg)]
+    pub request_timeout: Option<Duration>,
+    /// Retry a request that failed before any token up to this many times (counted apart).
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// First wait before a retry, doubling each time; a server's Retry-After wins.
+    #[arg(long, value_parser = duration_arg, default_value = "500ms")]
+    pub retry_backoff: Duration,
+    /// Exit non-zero when fewer than this share of requests succeed (0..1).
+    #[arg(long)]
+    pub min_success_rate: Option<f64>,
+    /// Embedded simulator: time to first token in ms.
+    #[arg(long, default_value_t = 20.0)]
+    pub sim_ttft_ms: f64,
+    /// Embedded simulator: inter-token latency in ms.
+    #[arg(long, default_value_t = 5.0)]
+    pub sim_itl_ms: f64,
+    /// Embedded simulator: requests it runs at once (its batch limit; more queue).
+    #[arg(long)]
+    pub sim_max_running: Option<usize>,
+    /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
+    #[arg(long = "sim-fault")]
+    pub sim_faults: Vec<quetta::sim::faults::FaultRule>,
+    /// Runtime worker threads (default: one per CPU).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print the planned schedule and exit without sending anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// No progress line.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl RunArgs {
+    /// Whether the run targets Quetta's embedded simulator.
+    pub fn embedded_simulator(&self) -> bool {
+        self.base_url.is_none() && matches!(self.backend, BackendArg::Openai | BackendArg::Litellm)
+    }
+
+    fn multiturn(&self) -> bool {
+        self.sessions.is_some()
+            || self.profile.as_deref().is_some_and(|p| {
+                quetta::workload::profiles::find(p).is_ok_and(|p| p.is_multiturn())
+            })
+    }
+
+    /// The target of the flags.
+    fn target(&self) -> Result<Target> {
+        let m = &self.managed;
+        let mut t = match (self.backend, &self.base_url) {
+            (BackendArg::Sagemaker | BackendArg::Vertex, Some(_)) => bail!("--base-url is for OpenAI-compatible servers; with --backend sagemaker use --aws-endpoint-url, with vertex --vertex-endpoint-url"),
+            (BackendArg::Sagemaker, None) => {
+                use quetta::managed::{Payload, SageMakerConfig};
+                let name = m.sagemaker_endpoint.clone().context("--backend sagemaker needs --sagemaker-endpoint NAME")?;
+                let mut c = SageMakerConfig::new(&name);
+                c.inference_component.clone_from(&m.inference_component);
+                c.target_variant.clone_from(&m.target_variant);
+                c.custom_attributes.clone_from(&m.custom_attributes);
+                c.region.clone_from(&m.aws_region);
+                c.profile.clone_from(&m.aws_profile);
+                c.endpoint_url.clone_from(&m.aws_endpoint_url);
+                c.payload = match m.sagemaker_payload {
+                    PayloadArg::Openai => Payload::OpenAi,
+                    PayloadArg::Jumpstart => Payload::JumpStart,
+                    PayloadArg::Template => {
+                        let p = m.sagemaker_template.as_ref().context("--sagemaker-payload template needs --sagemaker-template FILE")?;
+                        Payload::template_file(p, &m.sagemaker_text_pointer).map_err(anyhow::Error::msg)?
+                    }
+                };
+                Target::sagemaker(c)
+            }
+            (BackendArg::Vertex, None) => {
+                use quetta::managed::{VertexApi, VertexConfig};
+                let project = m.vertex_project.clone().context("--backend vertex needs --vertex-project P")?;
+                let mut c = VertexConfig::new(project, &m.vertex_location, "");
+                c.api = match m.vertex_api {
+                    VertexApiArg::Gemini => VertexApi::Gemini,
+                    VertexApiArg::Openai => VertexApi::OpenAi,
+                    VertexApiArg::Predict => VertexApi::Predict,
+                };
+                c.endpoint_id.clone_from(&m.vertex_endpoint_id);
+                c.endpoint_url.clone_from(&m.vertex_endpoint_url);
+                c.credentials_file.clone_from(&m.vertex_credentials);
+                Target::vertex(c)
+            }
+            (BackendArg::Litellm, Some(u)) => Target::litellm(u),
+            (BackendArg::Openai, Some(u)) => Target::openai(u),
+            (_, None) => Target::simulator(SimConfig {
+                ttft: Duration::from_secs_f64(self.sim_ttft_ms.max(0.0) / 1e3),
+                itl: Duration::from_secs_f64(self.sim_itl_ms.max(0.0) / 1e3),
+                faults: self.sim_faults.clone(),
+                max_running: self.sim_max_running,
+                ..SimConfig::default()
+            }),
+        };
+        if self.endpoint == Endpoint::Completions {
+            t = t.completions();
+        }
+        t.model.clone_from(&self.model);
+        t.api_key = self.api_key.clone().filter(|k| !k.is_empty());
+        t.insecure = self.insecure;
+        t.ca_cert.clone_from(&self.ca_cert);
+        t.http2 = self.http2;
+        t.headers.clone_from(&self.headers);
+        t.connect_timeout = self.connect_timeout;
+        t.record_headers.clone_from(&self.record_headers);
+        t.session_header = Some(self.session_header.clone()).filter(|h| h != "none");
+        t.session_body_field = Some(self.session_body_field.clone()).filter(|h| h != "none");
+        Ok(t)
+    }
+
+    /// The workload of the flags.
+    fn workload(&self) -> WorkloadSpec {
+        let source = if let Some(p) = &self.sessions {
+            let format = match self.session_format {
+                SessionArg::Sharegpt => SessionFormat::Sharegpt,
+                SessionArg::TurnsJsonl => SessionFormat::TurnsJsonl,
+                SessionArg::Synth => SessionFormat::Synth,
+            };
+            Source::Sessions { path: p.clone(), format }
+        } else if let Some(p) = &self.trace {
+            let format = self.trace_format.format();
+            Source::Trace { path: p.clone(), format, columns: self.trace_columns.clone() }
+        } else if let Some(p) = &self.dataset {
+            let format = match self.dataset_format {
+                DatasetArg::Sharegpt => DatasetFormat::Sharegpt,
+                DatasetArg::Jsonl => DatasetFormat::Jsonl,
+                DatasetArg::Text => DatasetFormat::Text,
+            };
+            let filters = Filters {
+                min_input_len: self.min_input_len,
+                max_input_len: self.max_input_len,
+                max_output_len: self.max_output_len,
+            };
+            Source::Dataset { path: p.clone(), format, filters }
+        } else if let Some(p) = &self.workload {
+            Source::Distribution { path: p.clone() }
+        } else if let Some(name) = &self.profile {
+            Source::Profile { name: name.clone(), file: self.profile_file.clone() }
+        } else {
+            Source::Synthetic
+        };
+        WorkloadSpec {
+            source,
+            input_len: self.input_len,
+            input_stddev: self.input_len_stddev,
+            output_len: self.output_len,
+            output_stddev: self.output_len_stddev,
+            chat: self.endpoint == Endpoint::Chat,
+            tokenizer: self.tokenizer.clone(),
+            token_ids: self.token_ids,
+            stress: self.mode == ModeArg::Stress,
+            vision: (self.modality == ModalityArg::Vision).then(|| Vision {
+                images: self.images.clone(),
+                per_request: self.images_per_request,
+            }),
+            max_turns: self.max_turns,
+            replay_speed: self.trace_speed,
+            block_size: self.block_size,
+            seed: self.seed,
+        }
+    }
+
+    fn arrival(&self) -> Arrival {
+        match (self.burstiness, self.arrival.unwrap_or(ArrivalArg::Poisson)) {
+            (Some(b), _) => Arrival::Gamma { burstiness: b },
+            (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
+            (None, ArrivalArg::Poisson) => Arrival::Poisson,
+            (None, ArrivalArg::Constant) => Arrival::Constant,
+        }
+    }
+
+    /// The load of the flags (`None`: the workload's own, or a closed loop of 16).
+    fn load(&self) -> Result<Option<Load>> {
+        let cap = self.max_concurrency;
+        let open = |rate: f64, arrival| Some(Load::Open { rate, arrival, max_concurrency: cap });
+        if self.multiturn() {
+            let n = self.session_concurrency.unwrap_or(8);
+            return Ok(match (self.session_rate, self.pacing) {
+                (Some(r), _) => open(r, self.arrival()),
+                (None, PacingArg::Recorded) => Some(Load::Recorded { max_concurrency: cap }),
+                (None, PacingArg::Interleaved) => Some(Load::Interleaved { sessions: n }),
+                (None, PacingArg::PerSession) => Some(Load::closed(n)),
+            });
+        }
+        if self.session_rate.is_some()
+            || self.session_concurrency.is_some()
+            || self.num_sessions.is_some()
+        {
+            bail!("--session-rate, --session-concurrency and --num-sessions apply to multi-turn runs (--sessions or a multi-turn profile)");
+        }
+        if (self.arrival.is_some() || self.burstiness.is_some())
+            && self.request_rate.is_none()
+            && self.profile_file.is_none()
+        {
+            bail!("--arrival and --burstiness shape an open loop: give --request-rate (or --session-rate)");
+        }
+        if let (Some(size), Some(gap)) = (self.burst_size, self.burst_gap) {
+            let size = u32::try_from(size).unwrap_or(u32::MAX);
+            return Ok(open(1.0, Arrival::Bursts { size, gap }));
+        }
+        if let Some(rate) = self.request_rate {
+            let arrival = match self.ramp_from {
+                Some(from) => Arrival::Ramp {
+                    from,
+                    over: self.ramp_over.unwrap_or(Duration::from_secs(60)),
+                    poisson: self.arrival != Some(ArrivalArg::Constant),
+                },
+                None => self.arrival(),
+            };
+            return Ok(open(rate, arrival));
+        }
+        if let Some(c) = self.concurrency {
+            return Ok(Some(Load::closed(c)));
+        }
+        let replay = self.trace.is_some()
+            || self.workload.is_some()
+            || self.profile.as_deref().is_some_and(|p| {
+                quetta::workload::profiles::find(p)
+                    .is_ok_and(|p| p.source != quetta::workload::profiles::Source::Synthetic)
+            });
+        match (cap, replay) {
+            (Some(_), true) => Ok(Some(Load::Recorded { max_concurrency: cap })),
+            (Some(_), false) if self.profile_file.is_none() => bail!("--max-concurrency caps an open loop: use it with --request-rate or --trace (closed loops use --concurrency)"),
+            _ => Ok(None),
+        }
+    }
+
+    /// The one conversion of the flags to a benchmark (no I/O).
+    pub fn to_benchmark(&self) -> Result<Benchmark> {
+        if let Some(r) = self.min_success_rate {
+            if !(0.0..=1.0).contains(&r) {
+                bail!("--min-success-rate must be between 0 and 1, got {r}");
+            }
+        }
+        let mut b = Benchmark::new(self.target()?).workload(self.workload());
+        b.load = self.load()?;
+        b.requests = self.num_requests;
+        b.duration = self.duration;
+        b.warmup = self.warmup;
+        b.drain_timeout = self.drain_timeout;
+        b.slos = self.slo.as_deref().map(str::parse).transpose().context("--slo")?;
+        b.percentiles.clone_from(&self.percentiles);
+        b.output_dir = Some(self.output_dir.clone().unwrap_or_else(|| default_dir("run")));
+        b.overwrite = self.overwrite;
+        b.sampling.temperature = self.temperature;
+        b.sampling.top_p = self.top_p;
+        b.extra_body = match &self.extra_body {
+            Some(s) => serde_json::from_str(s).context("--extra-body must be a JSON object")?,
+            None => Default::default(),
+        };
+        b.ignore_eos = self.ignore_eos;
+        b.exact_output_length = self.exact_output_length;
+        b.stream = !self.no_stream;
+        b.timeouts.first_token = self.ttft_timeout;
+        b.timeouts.idle = self.idle_timeout;
+        b.timeouts.total = self.request_timeout;
+        b.retries = self.retries;
+        b.retry_backoff = self.retry_backoff;
+        b.sessions.think =
+            self.think_time.parse().map_err(|e: String| anyhow::anyhow!("--think-time: {e}"))?;
+        b.sessions.history = match self.history {
+            HistoryArg::Engine => History::Engine,
+            HistoryArg::Recorded => History::Recorded,
+        };
+        b.sessions.count = self.num_sessions;
+        b.sessions.max_concurrency = self.max_concurrency.filter(|_| self.multiturn());
+        b.telemetry.server_metrics.clone_from(&self.server_metrics);
+        b.telemetry.server_metrics_interval = self.server_metrics_interval;
+        b.telemetry.gpu = self.gpu_telemetry;
+        b.telemetry.gpu_interval = self.gpu_interval;
+        b.stop_on_saturation = self.stop_on_saturation;
+        b.reset_prefix_cache.clone_from(&self.reset_prefix_cache);
+        b.seed = self.seed;
+        b.threads = self.threads;
+        Ok(b)
+    }
+}
+
+/// `quetta-results/KIND-TIMESTAMP-PID`: two commands never share one.
+pub fn default_dir(kind: &str) -> PathBuf {
+    let stamp: String =
+        quetta::report::now_rfc3339().chars().filter(char::is_ascii_alphanumeric).collect();
+    PathBuf::from("quetta-results").join(format!("{kind}-{stamp}-{}", std::process::id()))
+}

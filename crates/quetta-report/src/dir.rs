@@ -1,0 +1,366 @@
+//! The run directory: every file a run, sweep, SLO search or compare writes, each from a
+//! typed struct, and the reading back of each. [`RunDir`] creates (refusing to mix two runs
+//! in one directory unless told to overwrite, and then removing only the files Quetta
+//! wrote), opens, and rebuilds the summary of a run that was killed.
+
+use std::fs;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use quetta_metrics::series::{Second, SeriesBuilder};
+use quetta_metrics::{Aggregate, RequestRecord, SloSet};
+use serde::{Deserialize, Serialize};
+
+use crate::summary::{RunSettings, Summary, Target, SCHEMA_VERSION};
+
+/// Reading or writing a results directory failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("{path}:{line}: {reason}")]
+    Parse { path: String, line: usize, reason: String },
+    #[error("output directory {path} already holds a run ({file}); choose another directory or overwrite it")]
+    Exists { path: String, file: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Pdf(#[from] crate::pdf::PdfError),
+    #[error(transparent)]
+    Parquet(#[from] crate::parquet::ParquetError),
+}
+
+/// `run.json`: written before the first request, so that a run that dies can be rebuilt
+/// from it and `requests.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunManifest {
+    pub schema_version: u32,
+    pub tool: String,
+    pub tool_version: String,
+    /// UTC, RFC 3339 (seconds).
+    pub started_at: String,
+    pub config: RunSettings,
+    pub target: Target,
+    /// The run's `--slo` (both kinds), as given.
+    pub slo: Option<String>,
+    /// Extra percentiles asked for.
+    #[serde(default)]
+    pub percentiles: Vec<f64>,
+}
+
+impl RunManifest {
+    /// A manifest stamped now by this version of Quetta.
+    pub fn new(
+        config: RunSettings,
+        target: Target,
+        slo: Option<String>,
+        percentiles: Vec<f64>,
+    ) -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            tool: "quetta-bench".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            started_at: crate::now_rfc3339(),
+            config,
+            target,
+            slo,
+            percentiles,
+        }
+    }
+}
+
+/// The files of a results directory.
+pub mod files {
+    pub const MANIFEST: &str = "run.json";
+    pub const REQUESTS: &str = "requests.jsonl";
+    pub const SUMMARY: &str = "summary.json";
+    pub const SERIES: &str = "timeseries.jsonl";
+    pub const SERVER_METRICS: &str = "server_metrics.jsonl";
+    pub const GPU: &str = "gpu.jsonl";
+    pub const SWEEP: &str = "sweep.json";
+    pub const SLO: &str = "slo.json";
+    pub const COMPARE: &str = "compare.json";
+    pub const CORRECTNESS: &str = "correctness.json";
+    pub const HTML: &str = "report.html";
+    pub const PDF: &str = "report.pdf";
+    pub const CSV: &str = "requests.csv";
+    pub const PARQUET: &str = "requests.parquet";
+    pub const VLLM: &str = "vllm_result.json";
+    /// Every file Quetta writes into a run directory (what overwriting removes, and only that).
+    pub const ALL: [&str; 15] = [
+        MANIFEST,
+        REQUESTS,
+        SUMMARY,
+        SERIES,
+        SERVER_METRICS,
+        GPU,
+        SWEEP,
+        SLO,
+        COMPARE,
+        CORRECTNESS,
+        HTML,
+        PDF,
+        CSV,
+        PARQUET,
+        VLLM,
+    ];
+    /// The files whose presence means the directory holds a run.
+    pub const RUN: [&str; 5] = [MANIFEST, REQUESTS, SUMMARY, SWEEP, SLO];
+}
+
+/// A results directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+fn rerr(p: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Read { path: p.display().to_string(), source }
+}
+
+fn werr(p: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Write { path: p.display().to_string(), source }
+}
+
+/// Write `v` as pretty JSON with a final newline.
+pub(crate) fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<(), ReportError> {
+    let text = serde_json::to_string_pretty(v)
+        .map_err(|e| ReportError::Invalid(format!("{}: {e}", p.display())))?;
+    fs::write(p, text + "\n").map_err(werr(p))
+}
+
+/// Read a JSON file into `T`, naming the file, line and reason on failure.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> Result<T, ReportError> {
+    let text = fs::read_to_string(p).map_err(rerr(p))?;
+    serde_json::from_str(&text).map_err(|e| ReportError::Parse {
+        path: p.display().to_string(),
+        line: e.line(),
+        reason: e.to_string(),
+    })
+}
+
+/// Read a JSONL file into `T`s (a missing file is empty; blank lines are skipped).
+pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(p: &Path) -> Result<Vec<T>, ReportError> {
+    if !p.exists() {
+        return Ok(Vec::new());
+    }
+    let text = fs::read_to_string(p).map_err(rerr(p))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| ReportError::Parse {
+                path: p.display().to_string(),
+                line: i + 1,
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The records of `requests.jsonl` read back; a torn last line (a write cut short by a
+/// crash) is left out and said so, any other malformed line is an error naming it.
+#[derive(Debug)]
+pub struct Records {
+    pub records: Vec<RequestRecord>,
+    pub torn_last_line: bool,
+}
+
+impl RunDir {
+    /// Create `path` for a new run. A directory that already holds a run is refused unless
+    /// `overwrite`, which removes the files Quetta wrote there before (and nothing else).
+    pub fn create(path: impl Into<PathBuf>, overwrite: bool) -> Result<Self, ReportError> {
+        let path = path.into();
+        if let Some(f) = files::RUN.iter().find(|f| path.join(f).exists()) {
+            if !overwrite {
+                return Err(ReportError::Exists {
+                    path: path.display().to_string(),
+                    file: (*f).to_owned(),
+                });
+            }
+        }
+        if overwrite {
+            for f in files::ALL {
+                let p = path.join(f);
+                if p.is_file() {
+                    fs::remove_file(&p).map_err(werr(&p))?;
+                }
+            }
+        }
+        fs::create_dir_all(&path).map_err(werr(&path))?;
+        Ok(Self { path })
+    }
+
+    /// An existing results directory.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, ReportError> {
+        let path = path.into();
+        if !path.is_dir() {
+            return Err(ReportError::Invalid(format!("{} is not a directory", path.display())));
+        }
+        Ok(Self { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of one of its files ([`files`]).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn write_manifest(&self, m: &RunManifest) -> Result<(), ReportError> {
+        write_json(&self.file(files::MANIFEST), m)
+    }
+
+    pub fn read_manifest(&self) -> Result<RunManifest, ReportError> {
+        read_json(&self.file(files::MANIFEST))
+    }
+
+    /// A new, empty `requests.jsonl` for the runner's sink.
+    pub fn create_records(&self) -> Result<fs::File, ReportError> {
+        let p = self.file(files::REQUESTS);
+        fs::File::create(&p).map_err(werr(&p))
+    }
+
+    /// Read `requests.jsonl` back.
+    pub fn read_records(&self) -> Result<Records, ReportError> {
+        let p = self.file(files::REQUESTS);
+        let f = fs::File::open(&p).map_err(rerr(&p))?;
+        let lines: Vec<Vec<u8>> =
+            std::io::BufReader::new(f).split(b'\n').collect::<Result<_, _>>().map_err(rerr(&p))?;
+        let last = lines.len();
+        let mut out = Records { records: Vec::with_capacity(last), torn_last_line: false };
+        for (i, line) in lines.iter().enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<RequestRecord>(line) {
+                Ok(r) => out.records.push(r),
+                // The file does not end with '\n' after this line: a write cut short.
+                Err(_) if i + 1 == last => out.torn_last_line = true,
+                Err(e) => {
+                    return Err(ReportError::Parse {
+                        path: p.display().to_string(),
+                        line: i + 1,
+                        reason: format!("not a request record: {e}"),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn write_summary(&self, s: &Summary) -> Result<(), ReportError> {
+        write_json(&self.file(files::SUMMARY), s)
+    }
+
+    pub fn read_summary(&self) -> Result<Summary, ReportError> {
+        read_json(&self.file(files::SUMMARY))
+    }
+
+    pub fn has_summary(&self) -> bool {
+        self.file(files::SUMMARY).is_file()
+    }
+
+    /// `timeseries.jsonl`: one line per second of the measured phase.
+    pub fn write_series(&self, series: &[Second]) -> Result<(), ReportError> {
+        let p = self.file(files::SERIES);
+        let mut text = String::new();
+        for s in series {
+            text.push_str(
+                &serde_json::to_string(s).map_err(|e| ReportError::Invalid(e.to_string()))?,
+            );
+            text.push('\n');
+        }
+        fs::write(&p, text).map_err(werr(&p))
+    }
+
+    pub fn read_series(&self) -> Result<Vec<Second>, ReportError> {
+        read_jsonl(&self.file(files::SERIES))
+    }
+
+    /// Rebuild the summary (and the time series) of a run that died without writing one,
+    /// from `run.json` and the records on disk; the summary is marked partial and says why.
+    /// Client figures are unknown for a rebuilt run.
+    pub fn rebuild(&self) -> Result<Summary, ReportError> {
+        let m = self.read_manifest().ok();
+        let slos: Option<SloSet> = match m.as_ref().and_then(|m| m.slo.as_deref()) {
+            Some(s) => {
+                Some(s.parse().map_err(|e| ReportError::Invalid(format!("run.json: slo: {e}")))?)
+            }
+            None => None,
+        };
+        let recs = self.read_records()?;
+        let mut agg = Aggregate::new(slos);
+        let mut series = SeriesBuilder::default();
+        for r in &recs.records {
+            agg.add(r);
+            series.add(r);
+        }
+        let sent = recs.records.iter().filter(|r| r.sent_offset_ms.is_some()).count() as u64;
+        let mut notes = vec![format!(
+            "rebuilt from {} records in requests.jsonl: the run did not finish (no summary.json)",
+            recs.records.len()
+        )];
+        if recs.torn_last_line {
+            notes.push(
+                "the last line of requests.jsonl was cut off mid-write and was left out".into(),
+            );
+        }
+        notes.push("client CPU and memory are unknown for a rebuilt run".into());
+        let percentiles = m.as_ref().map(|m| m.percentiles.clone()).unwrap_or_default();
+        let metrics = agg.summary(&percentiles);
+        let (config, target, started_at) = match m {
+            Some(m) => (m.config, m.target, m.started_at),
+            None => (RunSettings::default(), Target::unknown(), "1970-01-01T00:00:00Z".into()),
+        };
+        let second = series.finish();
+        self.write_series(&second)?;
+        let s = Summary {
+            schema_version: SCHEMA_VERSION,
+            tool: "quetta-bench".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            started_at,
+            partial: true,
+            planned: config.num_requests,
+            requested_rate: config.request_rate,
+            config,
+            target,
+            dispatched: metrics.completed + metrics.failed,
+            sent,
+            warmup_completed: 0,
+            warmup_failed: 0,
+            achieved_send_rate: None,
+            cancelled_in_drain: 0,
+            metrics,
+            client: quetta_metrics::ClientStats::default(),
+            notes,
+            sessions: None,
+            server_metrics: None,
+            steady_state: series.steadiness(&second),
+            gpu: None,
+            aggregate: agg,
+        };
+        self.write_summary(&s)?;
+        Ok(s)
+    }
+
+    /// `report.html` and `report.pdf` of this run or sweep directory; their paths.
+    pub fn write_reports(&self) -> Result<(PathBuf, PathBuf), ReportError> {
+        let res = crate::html::load(&self.path)?;
+        let html = self.file(files::HTML);
+        fs::write(&html, crate::html::render(&res)).map_err(werr(&html))?;
+        let pdf = self.file(files::PDF);
+        fs::write(&pdf, crate::pdf::render(&res)?).map_err(werr(&pdf))?;
+        Ok((html, pdf))
+    }
+
+    /// Whether the directory holds a sweep (or an SLO search): steps in subdirectories.
+    pub fn is_sweep(&self) -> bool {
+        self.file(files::SWEEP).is_file()
+    }
+}

@@ -1,0 +1,255 @@
+//! Exports of a run's records: CSV and Parquet (one row per request, the same columns), and
+//! the result JSON of `vllm bench serve --save-result` ([`VllmResult`]).
+
+use std::path::Path;
+
+use quetta_metrics::{RequestRecord, Stats};
+use serde::{Deserialize, Serialize};
+
+use crate::dir::{ReportError, RunDir};
+use crate::summary::Summary;
+
+/// The columns of the CSV export (and of the Parquet file), in order.
+pub const CSV_COLUMNS: &[&str] = &[
+    "id",
+    "session_id",
+    "turn",
+    "intended_offset_ms",
+    "started_offset_ms",
+    "sent_offset_ms",
+    "first_token_offset_ms",
+    "end_offset_ms",
+    "ttft_ms",
+    "ttfo_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "ttft_from_intended_ms",
+    "e2e_from_intended_ms",
+    "queue_ms",
+    "schedule_lag_ms",
+    "itl_count",
+    "itl_mean_ms",
+    "token_chunks",
+    "input_tokens",
+    "input_token_source",
+    "output_tokens",
+    "output_token_source",
+    "cached_tokens",
+    "planned_input_tokens",
+    "planned_output_tokens",
+    "streamed",
+    "status",
+    "finish_reason",
+    "connection_reused",
+    "attempts",
+    "error_kind",
+    "error",
+];
+
+fn quote(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn num<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(String::new, |x| x.to_string())
+}
+
+/// One record's CSV row, in [`CSV_COLUMNS`] order.
+fn csv_row(r: &RequestRecord) -> String {
+    let cells = [
+        r.id.to_string(),
+        quote(r.session_id.as_deref().unwrap_or("")),
+        num(r.turn),
+        r.intended_offset_ms.to_string(),
+        r.started_offset_ms.to_string(),
+        num(r.sent_offset_ms),
+        num(r.first_token_offset_ms),
+        r.end_offset_ms.to_string(),
+        num(r.ttft_ms),
+        num(r.ttfo_ms),
+        num(r.tpot_ms),
+        num(r.e2e_ms),
+        num(r.ttft_from_intended_ms),
+        num(r.e2e_from_intended_ms),
+        r.queue_ms.to_string(),
+        r.schedule_lag_ms.to_string(),
+        r.itl_ms.len().to_string(),
+        num(r.itl_mean_ms()),
+        r.token_chunks.to_string(),
+        num(r.input_tokens),
+        r.input_token_source.as_str().into(),
+        num(r.output_tokens),
+        r.output_token_source.as_str().into(),
+        num(r.cached_tokens),
+        r.planned_input_tokens.to_string(),
+        r.planned_output_tokens.to_string(),
+        r.streamed.to_string(),
+        num(r.status),
+        quote(r.finish_reason.as_deref().unwrap_or("")),
+        num(r.connection_reused),
+        r.attempts.to_string(),
+        quote(r.error_kind.as_deref().unwrap_or("")),
+        quote(r.error.as_deref().unwrap_or("")),
+    ];
+    cells.join(",")
+}
+
+/// Write the run's records as CSV to `out`; the number of rows.
+pub fn csv(run: &RunDir, out: &Path) -> Result<usize, ReportError> {
+    let recs = run.read_records()?.records;
+    let mut text = CSV_COLUMNS.join(",") + "\n";
+    for r in &recs {
+        text.push_str(&csv_row(r));
+        text.push('\n');
+    }
+    std::fs::write(out, text)
+        .map_err(|source| ReportError::Write { path: out.display().to_string(), source })?;
+    Ok(recs.len())
+}
+
+/// Write the run's records as Parquet (Snappy) to `out`; the number of rows.
+pub fn parquet(run: &RunDir, out: &Path) -> Result<usize, ReportError> {
+    let recs = run.read_records()?.records;
+    let f = std::fs::File::create(out)
+        .map_err(|source| ReportError::Write { path: out.display().to_string(), source })?;
+    crate::parquet::write(&recs, f)?;
+    Ok(recs.len())
+}
+
+/// The result JSON `vllm bench serve --save-result --save-detailed` writes: its field names,
+/// Quetta's values (per-request lists in request order; failed requests have 0 for their
+/// TTFT and no ITLs, as vLLM writes them). Times in seconds in the lists, ms in the stats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VllmResult {
+    /// `YYYYMMDD-HHMMSS`, as vLLM names its result files.
+    pub date: String,
+    pub backend: String,
+    pub model_id: String,
+    pub tokenizer_id: Option<String>,
+    pub num_prompts: usize,
+    /// Requests/s, or `"inf"` for a closed loop (as vLLM writes it).
+    pub request_rate: VllmRate,
+    pub burstiness: f64,
+    pub max_concurrency: Option<usize>,
+    pub duration: f64,
+    pub completed: u64,
+    pub failed: u64,
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    pub request_throughput: f64,
+    pub request_goodput: Option<f64>,
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    pub input_lens: Vec<u64>,
+    pub output_lens: Vec<u64>,
+    pub ttfts: Vec<f64>,
+    pub itls: Vec<Vec<f64>>,
+    pub generated_texts: Vec<String>,
+    pub errors: Vec<String>,
+    pub mean_ttft_ms: Option<f64>,
+    pub median_ttft_ms: Option<f64>,
+    pub std_ttft_ms: Option<f64>,
+    pub p99_ttft_ms: Option<f64>,
+    pub mean_tpot_ms: Option<f64>,
+    pub median_tpot_ms: Option<f64>,
+    pub std_tpot_ms: Option<f64>,
+    pub p99_tpot_ms: Option<f64>,
+    pub mean_itl_ms: Option<f64>,
+    pub median_itl_ms: Option<f64>,
+    pub std_itl_ms: Option<f64>,
+    pub p99_itl_ms: Option<f64>,
+    pub mean_e2el_ms: Option<f64>,
+    pub median_e2el_ms: Option<f64>,
+    pub std_e2el_ms: Option<f64>,
+    pub p99_e2el_ms: Option<f64>,
+}
+
+/// vLLM's `request_rate`: a number, or the string `"inf"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum VllmRate {
+    Rate(f64),
+    Unbounded(String),
+}
+
+fn stats4(s: &Stats) -> [Option<f64>; 4] {
+    [s.mean, s.p50, s.stddev, s.p99]
+}
+
+/// The vLLM result JSON of a run.
+pub fn vllm(run: &RunDir) -> Result<VllmResult, ReportError> {
+    let s = run.read_summary()?;
+    let recs = run.read_records()?.records;
+    Ok(vllm_result(&s, &recs))
+}
+
+/// The vLLM result JSON of a summary and its records.
+pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
+    let m = &s.metrics;
+    let [mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms] = stats4(&m.ttft_ms);
+    let [mean_tpot_ms, median_tpot_ms, std_tpot_ms, p99_tpot_ms] = stats4(&m.tpot_ms);
+    let [mean_itl_ms, median_itl_ms, std_itl_ms, p99_itl_ms] = stats4(&m.itl_ms);
+    let [mean_e2el_ms, median_e2el_ms, std_e2el_ms, p99_e2el_ms] = stats4(&m.e2e_ms);
+    let c = &s.config;
+    VllmResult {
+        date: s
+            .started_at
+            .replace(['-', ':'], "")
+            .replace('T', "-")
+            .trim_end_matches('Z')
+            .to_owned(),
+        backend: "openai-chat".into(),
+        model_id: s.target.model.clone(),
+        tokenizer_id: c.tokenizer.clone(),
+        num_prompts: recs.len(),
+        request_rate: c
+            .request_rate
+            .map_or_else(|| VllmRate::Unbounded("inf".into()), VllmRate::Rate),
+        burstiness: c.burstiness.unwrap_or(1.0),
+        max_concurrency: c.max_concurrency.or(c.concurrency),
+        duration: m.duration_s,
+        completed: m.completed,
+        failed: m.failed,
+        total_input_tokens: m.total_input_tokens,
+        total_output_tokens: m.total_output_tokens,
+        request_throughput: m.request_throughput,
+        request_goodput: m.goodput.as_ref().map(|g| g.request_rate),
+        output_throughput: m.output_token_throughput,
+        total_token_throughput: m.total_token_throughput,
+        input_lens: recs.iter().map(|r| r.input_tokens.unwrap_or(0)).collect(),
+        output_lens: recs
+            .iter()
+            .map(|r| if r.ok() { r.output_tokens.unwrap_or(0) } else { 0 })
+            .collect(),
+        ttfts: recs
+            .iter()
+            .map(|r| if r.ok() { r.ttft_ms.unwrap_or(0.0) / 1e3 } else { 0.0 })
+            .collect(),
+        itls: recs
+            .iter()
+            .map(|r| if r.ok() { r.itl_ms.iter().map(|x| x / 1e3).collect() } else { Vec::new() })
+            .collect(),
+        generated_texts: recs.iter().map(|r| r.text.clone().unwrap_or_default()).collect(),
+        errors: recs.iter().map(|r| r.error.clone().unwrap_or_default()).collect(),
+        mean_ttft_ms,
+        median_ttft_ms,
+        std_ttft_ms,
+        p99_ttft_ms,
+        mean_tpot_ms,
+        median_tpot_ms,
+        std_tpot_ms,
+        p99_tpot_ms,
+        mean_itl_ms,
+        median_itl_ms,
+        std_itl_ms,
+        p99_itl_ms,
+        mean_e2el_ms,
+        median_e2el_ms,
+        std_e2el_ms,
+        p99_e2el_ms,
+    }
+}

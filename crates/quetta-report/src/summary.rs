@@ -1,0 +1,486 @@
+//! `summary.json`: the typed summary of a run, and the terminal rendering of it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use quetta_metrics::{Aggregate, GpuReport, MetricsSummary, ServerReport, SloVerdict, Stats};
+use serde::{Deserialize, Serialize};
+
+/// The version of `summary.json`'s layout. Bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The JSON Schema of `summary.json`.
+pub const SUMMARY_SCHEMA: &str = include_str!("../../../docs/schema/summary.schema.json");
+
+/// What the run was asked to do, as recorded in `summary.json` and `run.json` (never a
+/// secret: whether a key was given, not the key; header names, not values). The field
+/// names are the summary's keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunSettings {
+    /// `chat` or `completions`.
+    pub endpoint: String,
+    pub model: String,
+    /// `closed`, `open` or `trace` (the workload's own times), `sessions` for multi-turn runs.
+    pub load: String,
+    pub concurrency: Option<usize>,
+    pub request_rate: Option<f64>,
+    /// `poisson`, `gamma`, `constant`, `ramp` or `bursts` (open loops).
+    pub arrival: Option<String>,
+    pub trace: Option<String>,
+    pub dataset: Option<String>,
+    pub trace_speed: Option<f64>,
+    pub tokenizer: Option<String>,
+    pub burstiness: Option<f64>,
+    pub max_concurrency: Option<usize>,
+    pub num_requests: Option<u64>,
+    pub duration_s: Option<f64>,
+    pub warmup: u64,
+    pub drain_timeout_s: f64,
+    pub profile: Option<String>,
+    pub input_len: u32,
+    pub input_len_stddev: f64,
+    pub output_len: u32,
+    pub output_len_stddev: f64,
+    pub ignore_eos: bool,
+    pub exact_output_length: bool,
+    pub stream: bool,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: u64,
+    pub slo: Option<String>,
+    pub http2: bool,
+    pub insecure: bool,
+    pub api_key_given: bool,
+    pub extra_header_names: Vec<String>,
+    /// The embedded simulator's settings, when it was the target.
+    pub simulator: Option<SimSettings>,
+    /// `normal` or `stress`.
+    pub mode: String,
+    pub reset_prefix_cache: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionSettings>,
+}
+
+/// The embedded simulator's settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimSettings {
+    pub ttft_ms: f64,
+    pub itl_ms: f64,
+}
+
+/// How a multi-turn run paced its sessions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SessionSettings {
+    /// The session file, or the profile's name.
+    pub source: String,
+    /// `sharegpt`, `turns-jsonl` or `synth` (files only).
+    pub format: Option<String>,
+    pub session_concurrency: Option<usize>,
+    pub session_rate: Option<f64>,
+    /// `per-session`, `interleaved` or `recorded`.
+    pub pacing: String,
+    pub think_time: String,
+    /// `engine` or `recorded`.
+    pub history: String,
+    pub num_sessions: Option<u64>,
+    pub max_turns: Option<usize>,
+}
+
+/// Where the run sent its requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub backend: String,
+    pub base_url: String,
+    pub endpoint: String,
+    pub model: String,
+    /// The run started the embedded simulator because no `--base-url` was given.
+    pub embedded_simulator: bool,
+}
+
+impl Target {
+    /// A target nothing is known of (a rebuilt run without `run.json`).
+    pub fn unknown() -> Self {
+        Self {
+            backend: "unknown".into(),
+            base_url: "unknown".into(),
+            endpoint: "chat".into(),
+            model: "unknown".into(),
+            embedded_simulator: false,
+        }
+    }
+}
+
+pub use quetta_metrics::{ClientStats, Host};
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub tool: String,
+    pub tool_version: String,
+    /// UTC start of the measured phase, RFC 3339.
+    pub started_at: String,
+    /// The run was interrupted (Ctrl-C), ran out of workload, or was rebuilt from records.
+    pub partial: bool,
+    /// Every setting of the run (never a secret).
+    pub config: RunSettings,
+    pub target: Target,
+    /// Measured requests the configuration planned (null when bounded by duration only).
+    pub planned: Option<u64>,
+    /// Requests released by the load generator, as it counted them; every one has a record
+    /// (completed + failed), or a note says how many were lost.
+    pub dispatched: u64,
+    /// Requests handed to the server (dispatched minus those cancelled while queued).
+    pub sent: u64,
+    pub warmup_completed: u64,
+    pub warmup_failed: u64,
+    pub requested_rate: Option<f64>,
+    pub achieved_send_rate: Option<f64>,
+    pub cancelled_in_drain: u64,
+    #[serde(flatten)]
+    pub metrics: MetricsSummary,
+    pub client: ClientStats,
+    /// Notes a reader must see (approximate token counts, client saturation, ...).
+    pub notes: Vec<String>,
+    /// Multi-turn runs: how the sessions ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionsSummary>,
+    /// `--server-metrics`: what the server's own Prometheus metrics said over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<ServerReport>,
+    /// Steady-state window and over-saturation (requests in flight still rising), from the
+    /// per-second series in `timeseries.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<quetta_metrics::series::Steadiness>,
+    /// `--gpu-telemetry`: power and energy of the server's GPUs over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuReport>,
+    /// The mergeable aggregate (HdrHistograms), for combining runs from many machines.
+    pub aggregate: Aggregate,
+}
+
+/// How the sessions of a multi-turn run ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionsSummary {
+    pub started: u64,
+    /// Every turn completed.
+    pub completed: u64,
+    /// A turn failed, which ended the session.
+    pub failed: u64,
+    /// Stopped by the duration, the request limit or Ctrl-C.
+    pub truncated: u64,
+}
+
+/// The per-turn table of a multi-turn run (empty for other runs).
+pub fn turn_table(m: &MetricsSummary) -> String {
+    let mut s = String::new();
+    if m.per_turn.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{:<6}{:>6}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>8}",
+        "turn",
+        "ok",
+        "fail",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "E2E p50",
+        "E2E p99",
+        "input",
+        "prefill",
+        "cached",
+        "hit %"
+    );
+    let tok = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+    let mut estimated = false;
+    for t in &m.per_turn {
+        let est = t.cached_token_source == "estimate";
+        estimated |= est;
+        let _ = writeln!(
+            s,
+            "{:<6}{:>6}{:>6}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>8}",
+            t.turn,
+            t.completed,
+            t.failed,
+            cell(t.ttft_ms.p50),
+            cell(t.ttft_ms.p99),
+            cell(t.tpot_ms.p50),
+            cell(t.e2e_ms.p50),
+            cell(t.e2e_ms.p99),
+            tok(t.input_tokens_mean),
+            tok(t.new_prefill_tokens_mean),
+            format!("{}{}", tok(t.cached_tokens_mean), if est { "~" } else { "" }),
+            t.cache_hit_rate.map_or_else(|| "-".to_owned(), |r| format!("{:.1}", r * 100.0)),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "(latencies in ms; token columns are means per request; {})",
+        if estimated {
+            "~: cached tokens estimated from the previous turn, the server reported none"
+        } else {
+            "cached tokens as the server reported them"
+        }
+    );
+    s
+}
+
+/// Format an optional number of milliseconds for a table cell.
+fn cell(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v >= 10_000.0 => format!("{v:.0}"),
+        Some(v) if v >= 100.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.3}"),
+        None => "-".into(),
+    }
+}
+
+/// The percentile table of a summary's latency metrics.
+pub fn metric_table(m: &MetricsSummary) -> String {
+    let rows: [(&str, &Stats); 10] = [
+        ("TTFT", &m.ttft_ms),
+        ("TTFO (first answer token)", &m.ttfo_ms),
+        ("TPOT", &m.tpot_ms),
+        ("ITL (pooled)", &m.itl_ms),
+        ("ITL (per-request mean)", &m.itl_request_mean_ms),
+        ("E2E", &m.e2e_ms),
+        ("TTFT from intended send", &m.ttft_from_intended_ms),
+        ("E2E from intended send", &m.e2e_from_intended_ms),
+        ("Queue (slot + connection)", &m.queue_ms),
+        ("Schedule lag (client)", &m.schedule_lag_ms),
+    ];
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<28}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "latency (ms)", "count", "mean", "min", "p50", "p90", "p95", "p99", "p99.9", "max"
+    );
+    for (name, st) in rows {
+        if st.count == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{:<28}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            name,
+            st.count,
+            cell(st.mean),
+            cell(st.min),
+            cell(st.p50),
+            cell(st.p90),
+            cell(st.p95),
+            cell(st.p99),
+            cell(st.p999),
+            cell(st.max)
+        );
+        if !st.extra.is_empty() {
+            let extra: Vec<String> =
+                st.extra.iter().map(|(k, v)| format!("{k}={}", cell(*v))).collect();
+            let _ = writeln!(s, "{:<28}  {}", "", extra.join("  "));
+        }
+    }
+    s
+}
+
+/// What the server's own metrics said, in one line.
+fn server_line(sm: &ServerReport) -> String {
+    let mut head = format!("{} ({} scrapes", sm.server, sm.scrapes);
+    if sm.failed_scrapes > 0 {
+        let _ = write!(head, ", {} failed", sm.failed_scrapes);
+    }
+    head.push(')');
+    let mut parts = vec![head];
+    for (k, label) in [
+        ("queue_time_s", "queue"),
+        ("prefill_time_s", "prefill"),
+        ("decode_time_s", "decode"),
+        ("ttft_s", "TTFT"),
+        ("e2e_s", "E2E"),
+    ] {
+        if let Some(v) = sm.mean(k) {
+            parts.push(format!("{label} mean {:.1} ms", v * 1e3));
+        }
+    }
+    if let Some(r) = sm.prefix_cache_hit_rate() {
+        parts.push(format!("prefix-cache hit rate {:.1}%", r * 100.0));
+    }
+    if let Some(p) = sm.deltas.get("preemptions") {
+        parts.push(format!("{:.0} preemptions", p.delta));
+    }
+    parts.join(", ")
+}
+
+/// The run-level SLO verdict, in one line.
+pub fn verdict_line(v: &SloVerdict) -> String {
+    let each: Vec<String> = v
+        .objectives
+        .iter()
+        .map(|o| match o.value_ms {
+            Some(v) => format!(
+                "{} {} ({} ms)",
+                if o.pass { "met" } else { "MISSED" },
+                o.objective,
+                crate::chart::figure(Some(v))
+            ),
+            None => format!("MISSED {} (no samples)", o.objective),
+        })
+        .collect();
+    format!("{}: {}", if v.pass { "PASS" } else { "FAIL" }, each.join("; "))
+}
+
+/// The terminal summary of a run.
+pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
+    let m = &sum.metrics;
+    let mut s = String::new();
+    let t = &sum.target;
+    let _ = writeln!(s, "\n== Quetta results{} ==", if sum.partial { " (PARTIAL)" } else { "" });
+    let _ = writeln!(
+        s,
+        "target     {} {} model {}{}",
+        t.backend,
+        t.base_url,
+        t.model,
+        if t.embedded_simulator { " (embedded simulator)" } else { "" }
+    );
+    let _ = writeln!(
+        s,
+        "requests   {} completed, {} failed{}{}  in {:.2} s",
+        m.completed,
+        m.failed,
+        sum.planned.map_or(String::new(), |p| format!(" of {p} planned")),
+        if sum.warmup_completed + sum.warmup_failed > 0 {
+            format!(" (+{} warmup)", sum.warmup_completed + sum.warmup_failed)
+        } else {
+            String::new()
+        },
+        m.duration_s
+    );
+    let _ = writeln!(
+        s,
+        "throughput {:.2} req/s ({:.1} req/min), output {:.1} tok/s, input {:.1} tok/s, total {:.1} tok/s",
+        m.request_throughput,
+        m.request_throughput * 60.0,
+        m.output_token_throughput,
+        m.input_token_throughput,
+        m.total_token_throughput
+    );
+    let _ = writeln!(
+        s,
+        "tokens     {} in, {} out (output counts from {}, input counts from {}){}",
+        m.total_input_tokens,
+        m.total_output_tokens,
+        m.token_count_source,
+        m.input_token_source,
+        if m.total_cached_tokens > 0 {
+            format!(", {} cached", m.total_cached_tokens)
+        } else {
+            String::new()
+        }
+    );
+    if let (Some(req), Some(ach)) = (sum.requested_rate, sum.achieved_send_rate) {
+        let _ =
+            writeln!(s, "rate       requested {req:.2} req/s, achieved send rate {ach:.2} req/s");
+    }
+    if let Some(x) = &sum.sessions {
+        let _ = writeln!(
+            s,
+            "sessions   {} started: {} completed, {} failed, {} cut short",
+            x.started, x.completed, x.failed, x.truncated
+        );
+    }
+    if let Some(r) = m.osl_hit_rate {
+        let _ = writeln!(
+            s,
+            "output     {:.1}% of requests generated exactly the planned length",
+            r * 100.0
+        );
+    }
+    let _ = writeln!(s);
+    s.push_str(&metric_table(m));
+    if !m.per_turn.is_empty() {
+        let _ = writeln!(s);
+        s.push_str(&turn_table(m));
+    }
+    if m.errors.is_empty() {
+        let _ = writeln!(s, "\nerrors     none");
+    } else {
+        let e: Vec<String> = m.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(s, "\nerrors     {}", e.join(", "));
+    }
+    if let Some(g) = &m.goodput {
+        let per: Vec<String> =
+            g.share_meeting.iter().map(|(k, v)| format!("{k} {:.1}%", v * 100.0)).collect();
+        let _ = writeln!(
+            s,
+            "goodput    {:.2} req/s meeting {} ({:.1}% of requests; {})",
+            g.request_rate,
+            g.slo,
+            g.share_meeting_all * 100.0,
+            per.join(", ")
+        );
+    }
+    if let Some(st) = &sum.steady_state {
+        let _ = writeln!(
+            s,
+            "load       in flight {:.1} (first half) -> {:.1} (second half){}{}",
+            st.in_flight_first_half,
+            st.in_flight_second_half,
+            match (st.steady_from_s, st.steady_to_s) {
+                (Some(a), Some(b)) if !st.over_saturated => format!(", steady from {a} s to {b} s"),
+                _ => String::new(),
+            },
+            if st.over_saturated { "; OVER-SATURATED: the server does not keep up" } else { "" }
+        );
+    }
+    if let Some(sm) = &sum.server_metrics {
+        let _ = writeln!(s, "server     {}", server_line(sm));
+    }
+    if let Some(g) = &sum.gpu {
+        if let Some(e) = g.energy_j {
+            let _ = writeln!(
+                s,
+                "gpu        {} GPUs, average {:.0} W, {:.1} J{}",
+                g.devices.len(),
+                g.avg_power_w.unwrap_or(0.0),
+                e,
+                g.energy_per_output_token_j
+                    .map_or(String::new(), |j| format!(", {j:.3} J per output token"))
+            );
+        }
+    }
+    if let Some(v) = &m.slo_verdict {
+        let _ = writeln!(s, "slo        {}", verdict_line(v));
+    }
+    if m.retried_requests > 0 {
+        let _ = writeln!(
+            s,
+            "retried    {} requests needed {} extra attempts (--retries)",
+            m.retried_requests, m.retry_attempts
+        );
+    }
+    if m.stale_connection_retries > 0 {
+        let _ = writeln!(
+            s,
+            "retries    {} requests were resent after the server closed their pooled connection (see docs/METRICS.md)",
+            m.stale_connection_retries
+        );
+    }
+    let _ = writeln!(
+        s,
+        "client     cpu {:.2} s user + {:.2} s system, peak RSS {} MiB",
+        sum.client.cpu_user_s,
+        sum.client.cpu_system_s,
+        sum.client.peak_rss_kib / 1024
+    );
+    for n in &sum.notes {
+        let _ = writeln!(s, "note       {n}");
+    }
+    if let Some(d) = output_dir {
+        let _ = writeln!(s, "results    {}", d.display());
+    }
+    s
+}

@@ -1,0 +1,273 @@
+//! `sweep.json` (a run per concurrency or rate) and `slo.json` (the search for the highest
+//! load meeting run-level objectives): typed, with their terminal tables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::chart::{figure, SWEEP_COLUMNS};
+use crate::summary::Summary;
+
+/// What a sweep varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SweepKind {
+    /// Closed-loop steps at given concurrencies.
+    Concurrency,
+    /// Open-loop steps at given request rates.
+    Rate,
+}
+
+impl SweepKind {
+    /// The name of the varied value (`concurrency` or `rate`), as in the step rows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepKind::Concurrency => "concurrency",
+            SweepKind::Rate => "rate",
+        }
+    }
+}
+
+/// One step of a sweep: the figures of its run (which is a whole run in `dir`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepStep {
+    /// The step's concurrency (concurrency sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<f64>,
+    /// The step's request rate (rate sweeps), requests/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// The step's run directory (empty when nothing was written).
+    pub dir: String,
+    pub completed: u64,
+    pub failed: u64,
+    /// The step's planned requests, when it had a count.
+    #[serde(default)]
+    pub planned: Option<u64>,
+    pub request_throughput: f64,
+    pub requests_per_minute: f64,
+    pub output_token_throughput: f64,
+    pub achieved_send_rate: Option<f64>,
+    pub e2e_p50_ms: Option<f64>,
+    pub e2e_p99_ms: Option<f64>,
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p99_ms: Option<f64>,
+    pub tpot_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub tpot_p99_ms: Option<f64>,
+    pub itl_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub itl_p99_ms: Option<f64>,
+    pub errors: BTreeMap<String, u64>,
+    /// The step was cut short (Ctrl-C, out of workload, stop-on-saturation).
+    pub partial: bool,
+}
+
+impl SweepStep {
+    /// A step's row from its summary.
+    pub fn of(kind: SweepKind, value: f64, dir: &str, s: &Summary) -> Self {
+        let m = &s.metrics;
+        Self {
+            concurrency: (kind == SweepKind::Concurrency).then_some(value),
+            rate: (kind == SweepKind::Rate).then_some(value),
+            dir: dir.to_owned(),
+            completed: m.completed,
+            failed: m.failed,
+            planned: s.planned,
+            request_throughput: m.request_throughput,
+            requests_per_minute: (m.request_throughput * 60.0 * 10.0).round() / 10.0,
+            output_token_throughput: m.output_token_throughput,
+            achieved_send_rate: s.achieved_send_rate,
+            e2e_p50_ms: m.e2e_ms.p50,
+            e2e_p99_ms: m.e2e_ms.p99,
+            ttft_p50_ms: m.ttft_ms.p50,
+            ttft_p99_ms: m.ttft_ms.p99,
+            tpot_p50_ms: m.tpot_ms.p50,
+            tpot_p99_ms: m.tpot_ms.p99,
+            itl_p50_ms: m.itl_ms.p50,
+            itl_p99_ms: m.itl_ms.p99,
+            errors: m.errors.clone(),
+            partial: s.partial,
+        }
+    }
+
+    /// The varied value (concurrency or rate).
+    pub fn value(&self) -> f64 {
+        self.concurrency.or(self.rate).unwrap_or(0.0)
+    }
+
+    /// A column of the step by its key (the second half of [`SWEEP_COLUMNS`]).
+    pub fn column(&self, key: &str) -> Option<f64> {
+        Some(match key {
+            "concurrency" | "rate" => self.value(),
+            "request_throughput" => self.request_throughput,
+            "requests_per_minute" => self.requests_per_minute,
+            "output_token_throughput" => self.output_token_throughput,
+            "e2e_p50_ms" => return self.e2e_p50_ms,
+            "e2e_p99_ms" => return self.e2e_p99_ms,
+            "ttft_p50_ms" => return self.ttft_p50_ms,
+            "ttft_p99_ms" => return self.ttft_p99_ms,
+            "tpot_p50_ms" => return self.tpot_p50_ms,
+            "tpot_p99_ms" => return self.tpot_p99_ms,
+            "itl_p50_ms" => return self.itl_p50_ms,
+            "itl_p99_ms" => return self.itl_p99_ms,
+            "completed" => self.completed as f64,
+            "failed" => self.failed as f64,
+            _ => return None,
+        })
+    }
+}
+
+/// `sweep.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepReport {
+    pub schema_version: u32,
+    pub kind: SweepKind,
+    pub steps: Vec<SweepStep>,
+    /// The step with the highest request throughput.
+    pub peak: Option<SweepStep>,
+    pub total_errors: u64,
+    /// Whether every step sent the same prompts.
+    pub prompts: String,
+    pub notes: Vec<String>,
+}
+
+impl SweepReport {
+    /// A report of `steps` (the peak is the highest throughput).
+    pub fn new(
+        kind: SweepKind,
+        steps: Vec<SweepStep>,
+        same_prompts: bool,
+        notes: Vec<String>,
+    ) -> Self {
+        let peak = steps
+            .iter()
+            .max_by(|x, y| x.request_throughput.total_cmp(&y.request_throughput))
+            .cloned();
+        Self {
+            schema_version: 1,
+            kind,
+            total_errors: steps.iter().map(|s| s.failed).sum(),
+            peak,
+            steps,
+            prompts: if same_prompts { "the same in every step" } else { "fresh in every step" }
+                .into(),
+            notes,
+        }
+    }
+
+    /// The terminal table.
+    pub fn table(&self) -> String {
+        let label = self.kind.as_str();
+        let mut s = String::new();
+        let _ = write!(s, "{label:>12}");
+        for (h, _) in SWEEP_COLUMNS {
+            let _ = write!(s, "{h:>11}");
+        }
+        s.push('\n');
+        for st in &self.steps {
+            let _ = write!(s, "{:>12}", figure(Some(st.value())));
+            for (_, k) in SWEEP_COLUMNS {
+                let _ = write!(s, "{:>11}", figure(st.column(k)));
+            }
+            s.push('\n');
+        }
+        s.push_str("(latencies in ms)\n");
+        s
+    }
+
+    /// The terminal summary: the table, the peak and the notes.
+    pub fn render(&self, dir: Option<&std::path::Path>) -> String {
+        let mut s = format!("\n== Quetta sweep ==\n{}", self.table());
+        if let Some(p) = &self.peak {
+            let _ = writeln!(
+                s,
+                "peak       {} req/s at {} {}",
+                figure(Some(p.request_throughput)),
+                self.kind.as_str(),
+                figure(Some(p.value()))
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note       {n}");
+        }
+        if let Some(d) = dir {
+            let _ = writeln!(s, "results    {}", d.display());
+        }
+        s
+    }
+}
+
+/// One probe of an SLO search: a whole run at one load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloProbe {
+    /// The probe's rate (req/s) or concurrency.
+    pub value: f64,
+    pub pass: bool,
+    pub dir: String,
+    /// Why it failed: the objectives missed, the errors, a client that could not keep up.
+    pub why: Vec<String>,
+    /// `errors` or `client` when the probe failed for a reason other than latency.
+    pub limited_by: Option<String>,
+    /// Each objective's value (ms), keyed `METRIC_ms_pNN` (e.g. `ttft_ms_p99`).
+    #[serde(flatten)]
+    pub values: BTreeMap<String, Option<f64>>,
+}
+
+/// `slo.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloReport {
+    pub schema_version: u32,
+    /// `rate` or `concurrency`.
+    pub search: String,
+    /// The run-level objectives, e.g. `ttft:p99<500ms`.
+    pub objectives: String,
+    pub tolerance: f64,
+    pub requests_per_probe: u64,
+    /// The highest load that met every objective (`null`: even the first probe failed).
+    pub answer: Option<f64>,
+    /// The lowest load that failed (`null`: every probe up to the maximum passed).
+    pub first_failing: Option<f64>,
+    pub probes: Vec<SloProbe>,
+    pub notes: Vec<String>,
+}
+
+impl SloReport {
+    /// The terminal summary.
+    pub fn render(&self, dir: Option<&std::path::Path>) -> String {
+        let mut s = format!("\n== Quetta SLO search: {} ==\n", self.objectives);
+        let _ = writeln!(s, "{:>12}  {:<6} why", self.search, "result");
+        for p in &self.probes {
+            let _ = writeln!(
+                s,
+                "{:>12}  {:<6} {}",
+                figure(Some(p.value)),
+                if p.pass { "pass" } else { "FAIL" },
+                p.why.join("; ")
+            );
+        }
+        match self.answer {
+            Some(v) => {
+                let _ = writeln!(
+                    s,
+                    "answer     {} {v} meets every objective{}",
+                    self.search,
+                    self.first_failing.map_or(String::new(), |h| format!(" ({h} does not)"))
+                );
+            }
+            None => {
+                let first = self.probes.first().map_or(0.0, |p| p.value);
+                let _ = writeln!(s, "answer     none: even {first} fails");
+            }
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note       {n}");
+        }
+        if let Some(d) = dir {
+            let _ = writeln!(s, "results    {}", d.display());
+        }
+        s
+    }
+}

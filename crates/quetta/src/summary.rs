@@ -1,0 +1,269 @@
+//! Putting a run's summary together: the settings it records, its target, and the notes a
+//! reader must see (each derived from the run's own figures).
+
+use quetta_loadgen::{Pacing, RunConfig, RunOutcome, SessionConfig};
+use quetta_metrics::{GpuReport, MetricsSummary, ServerReport};
+use quetta_report::{RunSettings, SessionSettings, SessionsSummary, SimSettings, Summary, Target};
+use quetta_workload::spec::{Built, SessionFormat, Source};
+
+use crate::target::{Connected, TargetKind};
+use crate::{Benchmark, Load};
+
+/// The settings `summary.json` and `run.json` record (no secrets).
+pub(crate) fn settings(
+    b: &Benchmark,
+    built: &Built,
+    load: &Load,
+    cfg: &RunConfig,
+    sessions: Option<&SessionConfig>,
+    c: &Connected,
+) -> RunSettings {
+    let w = &b.workload;
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (trace, dataset, profile) = match &w.source {
+        Source::Trace { path: p, .. } => (Some(path(p)), None, None),
+        Source::Dataset { path: p, .. } => (None, Some(path(p)), None),
+        Source::Profile { name, .. } => (None, None, Some(name.clone())),
+        _ => (None, None, None),
+    };
+    let (request_rate, burstiness) = match load {
+        Load::Open { rate, arrival, .. } => (
+            Some(*rate),
+            match arrival {
+                quetta_workload::arrival::Arrival::Gamma { burstiness } => Some(*burstiness),
+                _ => None,
+            },
+        ),
+        _ => (None, None),
+    };
+    let sim = match &b.target.kind {
+        TargetKind::Simulator(s) => Some(SimSettings {
+            ttft_ms: s.ttft.as_secs_f64() * 1e3,
+            itl_ms: s.itl.as_secs_f64() * 1e3,
+        }),
+        _ => None,
+    };
+    RunSettings {
+        endpoint: c.endpoint().into(),
+        model: c.model.clone(),
+        load: if sessions.is_some() { "sessions".into() } else { load.name().into() },
+        concurrency: match load {
+            Load::Closed { concurrency } if sessions.is_none() => Some(*concurrency),
+            _ => None,
+        },
+        request_rate,
+        arrival: load.arrival_name().map(str::to_owned),
+        trace_speed: (trace.is_some() || built.has_recorded_times()).then_some(w.replay_speed),
+        trace,
+        dataset,
+        tokenizer: built.tokenizer.clone(),
+        burstiness,
+        max_concurrency: match (sessions, load) {
+            (Some(s), _) => s.max_concurrency,
+            (None, Load::Open { max_concurrency, .. } | Load::Recorded { max_concurrency }) => {
+                *max_concurrency
+            }
+            _ => None,
+        },
+        num_requests: cfg.num_requests,
+        duration_s: b.duration.map(|d| d.as_secs_f64()),
+        warmup: b.warmup,
+        drain_timeout_s: b.drain_timeout.as_secs_f64(),
+        profile,
+        input_len: built.input_len,
+        input_len_stddev: built.input_stddev,
+        output_len: built.output_len,
+        output_len_stddev: built.output_stddev,
+        ignore_eos: b.ignore_eos,
+        exact_output_length: b.exact_output_length,
+        stream: b.stream,
+        temperature: b.sampling.temperature,
+        top_p: b.sampling.top_p,
+        seed: b.seed,
+        slo: b.slos.as_ref().map(ToString::to_string),
+        http2: b.target.http2,
+        insecure: b.target.insecure,
+        api_key_given: b.target.api_key.is_some(),
+        extra_header_names: b.target.headers.iter().map(|(k, _)| k.clone()).collect(),
+        simulator: sim,
+        mode: if w.stress { "stress" } else { "normal" }.into(),
+        reset_prefix_cache: b.reset_prefix_cache.clone(),
+        sessions: sessions.map(|s| session_settings(b, s)),
+    }
+}
+
+fn session_settings(b: &Benchmark, s: &SessionConfig) -> SessionSettings {
+    let w = &b.workload;
+    let (source, format) = match &w.source {
+        Source::Sessions { path, format, .. } => (
+            path.display().to_string(),
+            Some(
+                match format {
+                    SessionFormat::Sharegpt => "sharegpt",
+                    SessionFormat::TurnsJsonl => "turns-jsonl",
+                    _ => "synth",
+                }
+                .to_owned(),
+            ),
+        ),
+        Source::Profile { name, .. } => (name.clone(), None),
+        _ => (String::new(), None),
+    };
+    let (concurrency, rate, pacing) = match &s.pacing {
+        Pacing::PerSession { sessions } => (Some(*sessions), None, "per-session"),
+        Pacing::Interleaved { sessions } => (Some(*sessions), None, "interleaved"),
+        Pacing::Open { rate, .. } => (None, Some(*rate), "open"),
+        _ => (None, None, "recorded"),
+    };
+    SessionSettings {
+        source,
+        format,
+        session_concurrency: concurrency,
+        session_rate: rate,
+        pacing: pacing.into(),
+        think_time: s.think.to_string(),
+        history: match s.history {
+            quetta_loadgen::History::Recorded => "recorded",
+            _ => "engine",
+        }
+        .into(),
+        num_sessions: b.sessions.count,
+        max_turns: w.max_turns,
+    }
+}
+
+/// The summary's target.
+pub(crate) fn target(b: &Benchmark, c: &Connected) -> Target {
+    Target {
+        backend: c.backend.clone(),
+        base_url: c.base_url.clone(),
+        endpoint: c.endpoint().into(),
+        model: c.model.clone(),
+        embedded_simulator: c.embedded_simulator || b.target.is_simulator(),
+    }
+}
+
+/// Notes the run's own figures call for.
+fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
+    if m.input_token_source == "planned" {
+        notes.push("input token counts are the planned lengths (the server reported no usage); synthetic prompts count words, an estimate of tokens".into());
+    }
+    if let Some(d) = m.prompt_tokens_over_plan {
+        if d.abs() >= 0.5 {
+            notes.push(if b.workload.tokenizer.is_some() {
+                format!(
+                    "the server counted {d:+.1} prompt tokens per request beyond the exact planned length: its chat template and special tokens{}",
+                    if b.workload.chat { "" } else { " (e.g. BOS)" }
+                )
+            } else {
+                format!("the server counted {d:+.1} prompt tokens per request beyond the planned (estimated) length; pass --tokenizer for exact lengths")
+            });
+        }
+    }
+    if m.token_count_source == "chunks" || m.token_count_source == "mixed" {
+        notes.push("output token counts come (at least partly) from counting chunks: the server reported no usage".into());
+    }
+    if m.ttft_equals_e2e_for_non_streamed > 0 {
+        notes.push(format!(
+            "{} requests were not streamed: their TTFT equals their E2E and they have no ITL",
+            m.ttft_equals_e2e_for_non_streamed
+        ));
+    }
+    if let Some(lag) = m.schedule_lag_ms.p99 {
+        if lag > 1.0 {
+            notes
+                .push(format!("the client fell behind its schedule: schedule lag p99 {lag:.3} ms"));
+        }
+    }
+}
+
+/// Notes about how the run went.
+fn run_notes(o: &RunOutcome, notes: &mut Vec<String>) {
+    if let Some(e) = &o.sink_error {
+        notes.push(format!("writing requests.jsonl failed: {e}"));
+    }
+    if o.cancelled_in_drain > 0 {
+        notes.push(format!(
+            "{} requests were still running at the drain timeout and were cancelled",
+            o.cancelled_in_drain
+        ));
+    }
+    if o.records != o.dispatched {
+        notes.push(format!(
+            "{} requests were released but only {} records reached the recorder: {} records are missing",
+            o.dispatched,
+            o.records,
+            o.dispatched.abs_diff(o.records)
+        ));
+    }
+    if o.stopped_on_saturation {
+        notes.push("stopped early (--stop-on-saturation): requests in flight kept rising, the server cannot keep up with this load".into());
+    }
+    if o.steadiness.as_ref().is_some_and(|s| s.over_saturated) {
+        notes.push("over-saturated: requests in flight rose from the first to the second half of the run; latencies grow with the run's length, not only with the load".into());
+    }
+    if let Some(c) = &o.sessions {
+        if c.failed > 0 {
+            notes.push(format!(
+                "{} sessions ended at a failed turn (a failed turn ends its session)",
+                c.failed
+            ));
+        }
+    }
+}
+
+/// The run's summary, from its outcome and what was measured beside it.
+pub(crate) fn assemble(
+    b: &Benchmark,
+    o: &RunOutcome,
+    config: RunSettings,
+    target: Target,
+    mut notes: Vec<String>,
+    server: Option<ServerReport>,
+    gpu: (Option<GpuReport>, Option<String>),
+) -> Summary {
+    let metrics = o.aggregate.summary(&b.percentiles);
+    metric_notes(b, &metrics, &mut notes);
+    run_notes(o, &mut notes);
+    if let Some(n) = gpu.1 {
+        notes.push(n);
+    }
+    if let Some(r) = server.as_ref().filter(|r| r.scrapes == 0) {
+        notes.push(format!(
+            "--server-metrics: no scrape of {} succeeded: {}",
+            r.url,
+            r.last_error.clone().unwrap_or_default()
+        ));
+    }
+    let started = o.started_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Summary {
+        schema_version: quetta_report::SCHEMA_VERSION,
+        tool: "quetta-bench".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: quetta_report::rfc3339(started),
+        partial: o.interrupted,
+        requested_rate: config.request_rate,
+        config,
+        target,
+        planned: o.planned,
+        dispatched: o.dispatched,
+        sent: o.sent,
+        warmup_completed: o.warmup_completed,
+        warmup_failed: o.warmup_failed,
+        achieved_send_rate: o.achieved_send_rate.map(|r| (r * 1e3).round() / 1e3),
+        cancelled_in_drain: o.cancelled_in_drain,
+        gpu: gpu.0.map(|g| g.with_output_tokens(metrics.total_output_tokens)),
+        metrics,
+        client: o.client.clone(),
+        notes,
+        sessions: o.sessions.as_ref().map(|c| SessionsSummary {
+            started: c.started,
+            completed: c.completed,
+            failed: c.failed,
+            truncated: c.truncated,
+        }),
+        server_metrics: server,
+        steady_state: o.steadiness.clone(),
+        aggregate: o.aggregate.clone(),
+    }
+}

@@ -1,0 +1,443 @@
+//! [`Sweep`] (a run per concurrency or rate) and [`SloSearch`] (the highest load that meets
+//! run-level objectives). Every step is an ordinary benchmark on one connected target: one
+//! runtime, one connection pool, one embedded simulator for all of them; each step reports
+//! its own client CPU and memory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use quetta_metrics::SloSet;
+use quetta_report::{RunDir, SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
+
+use crate::target::Connected;
+use crate::{BenchReport, Benchmark, Error, Load, Result};
+
+/// Called with a line before each step (`sweep step 2/5: concurrency 4`).
+pub type OnStep = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The steps of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Steps {
+    /// Closed-loop steps at these concurrencies.
+    Concurrencies(Vec<usize>),
+    /// Open-loop steps at these rates (req/s), with the base benchmark's arrival process.
+    Rates(Vec<f64>),
+    /// Measure the maximum throughput first (closed loop at `concurrency`), then `steps`
+    /// rates evenly up to it.
+    AutoRates { concurrency: usize, steps: usize },
+}
+
+/// A run per concurrency or rate.
+///
+/// ```no_run
+/// # async fn demo() -> quetta::Result<()> {
+/// use quetta::{Benchmark, Sweep, Target};
+/// let base = Benchmark::new(Target::openai("http://127.0.0.1:8000")).requests(200);
+/// let report = Sweep::pow2(base, 64).run().await?;
+/// for s in &report.steps {
+///     println!("{} in flight: {:.1} req/s", s.value(), s.request_throughput);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Sweep {
+    pub base: Benchmark,
+    pub steps: Steps,
+    /// Send the same prompts in every step (by default each step draws fresh ones, so an
+    /// earlier step does not warm the server's prefix cache).
+    pub same_prompts: bool,
+    pub on_step: Option<OnStep>,
+}
+
+impl std::fmt::Debug for Sweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweep")
+            .field("steps", &self.steps)
+            .field("same_prompts", &self.same_prompts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The seed of step `i` (fresh prompts unless the same ones are asked for).
+fn step_seed(base: u64, i: usize, same: bool) -> u64 {
+    if same {
+        base
+    } else {
+        base.wrapping_add(i as u64 * 1_000_003)
+    }
+}
+
+/// Run `b` on `c` in `dir/name` (nothing written without a directory).
+async fn step(
+    b: &Benchmark,
+    c: &Connected,
+    dir: Option<&Path>,
+    name: &str,
+) -> Result<(BenchReport, String)> {
+    let mut b = b.clone();
+    b.output_dir = dir.map(|d| d.join(name));
+    b.overwrite = true;
+    let shown = b.output_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
+    let p = b.prepare().await?;
+    Ok((b.run_prepared(p, c).await?, shown))
+}
+
+impl Sweep {
+    pub fn new(base: Benchmark, steps: Steps) -> Self {
+        Self { base, steps, same_prompts: false, on_step: None }
+    }
+
+    /// Closed-loop steps at these concurrencies.
+    pub fn concurrencies(base: Benchmark, cs: Vec<usize>) -> Self {
+        Self::new(base, Steps::Concurrencies(cs))
+    }
+
+    /// Closed-loop steps at 1, 2, 4, … and `max` (llmperf's power-of-two steps).
+    pub fn pow2(base: Benchmark, max: usize) -> Self {
+        let mut v: Vec<usize> = std::iter::successors(Some(1usize), |c| c.checked_mul(2))
+            .take_while(|c| *c < max)
+            .collect();
+        v.push(max);
+        Self::concurrencies(base, v)
+    }
+
+    /// Open-loop steps at these rates.
+    pub fn rates(base: Benchmark, rates: Vec<f64>) -> Self {
+        Self::new(base, Steps::Rates(rates))
+    }
+
+    fn say(&self, line: &str) {
+        if let Some(f) = &self.on_step {
+            f(line);
+        }
+    }
+
+    /// The rates of an open-loop sweep (measuring the maximum first for `AutoRates`).
+    async fn rates_of(
+        &self,
+        c: &Connected,
+        dir: Option<&Path>,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<f64>> {
+        match &self.steps {
+            Steps::Rates(r) => Ok(r.clone()),
+            Steps::AutoRates { concurrency, steps } => {
+                self.say(&format!(
+                    "sweep: measuring the maximum throughput at concurrency {concurrency}"
+                ));
+                let mut b = self.base.clone().load(Load::closed(*concurrency));
+                b.seed = step_seed(self.base.seed, 999, self.same_prompts);
+                let (r, _) = step(&b, c, dir, "max-throughput").await?;
+                let max = Some(r.summary.metrics.request_throughput)
+                    .filter(|m| *m > 0.0)
+                    .ok_or_else(|| Error::config("the max-throughput step completed nothing"))?;
+                notes.push(format!(
+                    "maximum throughput at concurrency {concurrency}: {max:.3} req/s"
+                ));
+                let n = (*steps).max(1);
+                Ok((1..=n).map(|i| (max * i as f64 / n as f64 * 1000.0).round() / 1000.0).collect())
+            }
+            Steps::Concurrencies(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// Run every step on one connected target; stop after a step when the run was stopped.
+    pub async fn run(self) -> Result<SweepReport> {
+        let c = self.base.target.connect().await?;
+        let dir = match &self.base.output_dir {
+            Some(d) => Some(RunDir::create(d, self.base.overwrite)?),
+            None => None,
+        };
+        let path = dir.as_ref().map(RunDir::path);
+        let mut notes = Vec::new();
+        let (kind, values): (SweepKind, Vec<f64>) = match &self.steps {
+            Steps::Concurrencies(cs) => {
+                if cs.is_empty() || cs.contains(&0) {
+                    return Err(Error::config("give concurrencies of at least 1"));
+                }
+                (SweepKind::Concurrency, cs.iter().map(|&c| c as f64).collect())
+            }
+            _ => {
+                let r = self.rates_of(&c, path, &mut notes).await?;
+                if r.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+                    return Err(Error::config("rates must be positive numbers"));
+                }
+                (SweepKind::Rate, r)
+            }
+        };
+        let mut steps = Vec::new();
+        for (i, v) in values.iter().enumerate() {
+            if self.base.control.stopped() {
+                notes.push(format!("stopped after {i} of {} steps", values.len()));
+                break;
+            }
+            self.say(&format!("sweep step {}/{}: {} {v}", i + 1, values.len(), kind.as_str()));
+            let mut b = self.base.clone();
+            b.seed = step_seed(self.base.seed, i, self.same_prompts);
+            b.load = Some(match (kind, &self.base.load) {
+                (SweepKind::Concurrency, _) => Load::closed(*v as usize),
+                (_, Some(Load::Open { arrival, max_concurrency, .. })) => {
+                    Load::Open { rate: *v, arrival: *arrival, max_concurrency: *max_concurrency }
+                }
+                _ => Load::poisson(*v),
+            });
+            let (r, shown) =
+                step(&b, &c, path, &format!("step-{i:02}-{}-{v}", kind.as_str())).await?;
+            steps.push(SweepStep::of(kind, *v, &shown, &r.summary));
+        }
+        let report = SweepReport::new(kind, steps, self.same_prompts, notes);
+        if let Some(d) = &dir {
+            d.write_sweep(&report)?;
+        }
+        Ok(report)
+    }
+
+    /// Run on a runtime of its own.
+    pub fn run_blocking(self) -> Result<SweepReport> {
+        crate::runtime(self.base.threads)?.block_on(self.run())
+    }
+}
+
+/// What an SLO search varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SearchOver {
+    /// The request rate of an open loop (the base benchmark's arrival process).
+    Rate,
+    /// The concurrency of a closed loop.
+    Concurrency,
+}
+
+/// The highest request rate (or concurrency) meeting run-level objectives: double from
+/// `start` until a probe fails (or `max`), then bisect to `tolerance`.
+#[derive(Clone)]
+pub struct SloSearch {
+    pub base: Benchmark,
+    /// Run-level objectives only (`ttft:p99<500ms,tpot:p99<40ms`).
+    pub objectives: SloSet,
+    pub over: SearchOver,
+    pub start: f64,
+    pub max: f64,
+    /// Stop bisecting when the bracket is narrower than this share of its upper end.
+    pub tolerance: f64,
+    pub requests_per_probe: u64,
+    /// A probe with more failed requests than this share fails.
+    pub max_error_rate: f64,
+    pub max_probes: usize,
+    pub on_step: Option<OnStep>,
+}
+
+impl std::fmt::Debug for SloSearch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SloSearch")
+            .field("objectives", &self.objectives.to_string())
+            .field("over", &self.over)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a probe's run does not meet the objectives; `errors` or `client` when the reason is
+/// not latency.
+fn probe_verdict(
+    s: &quetta_report::Summary,
+    max_err: f64,
+    rate: Option<f64>,
+) -> (Vec<String>, Option<String>) {
+    let mut why = Vec::new();
+    let mut limit = None;
+    for o in s.metrics.slo_verdict.iter().flat_map(|v| &v.objectives) {
+        match o.value_ms {
+            Some(_) if o.pass => {}
+            Some(v) => why.push(format!(
+                "{} {} {v:.3} ms ≥ {} ms",
+                o.metric.metric().key(),
+                quetta_metrics::percentile_key(o.percentile),
+                o.threshold_ms
+            )),
+            None => why.push(format!("{} has no value", o.objective)),
+        }
+    }
+    let (done, failed) = (s.metrics.completed, s.metrics.failed);
+    let share = if done + failed > 0 { failed as f64 / (done + failed) as f64 } else { 1.0 };
+    if share > max_err {
+        why.push(format!("{:.1}% of requests failed", share * 100.0));
+        limit = Some("errors".to_owned());
+    }
+    if let (Some(r), Some(ach)) = (rate, s.achieved_send_rate) {
+        if ach < 0.95 * r {
+            why.push(format!("the client sent only {ach:.2} of {r} req/s"));
+            limit = Some("client".to_owned());
+        }
+    }
+    (why, limit)
+}
+
+impl SloSearch {
+    /// A search over the request rate from 1 req/s, 200 requests per probe.
+    pub fn new(base: Benchmark, objectives: SloSet) -> Self {
+        Self {
+            base,
+            objectives,
+            over: SearchOver::Rate,
+            start: 1.0,
+            max: 10_000.0,
+            tolerance: 0.05,
+            requests_per_probe: 200,
+            max_error_rate: 0.01,
+            max_probes: 24,
+            on_step: None,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.objectives.has_per_request() || self.objectives.0.is_empty() {
+            return Err(Error::config("an SLO search needs run-level objectives with a percentile, e.g. --slo ttft:p99<500ms,tpot:p99<40ms"));
+        }
+        if !(self.tolerance > 0.0
+            && self.tolerance < 1.0
+            && self.start > 0.0
+            && self.start <= self.max)
+        {
+            return Err(Error::config("--tolerance must be in (0, 1) and 0 < --start <= --max"));
+        }
+        Ok(())
+    }
+
+    /// One probe at `x`: a whole run, its verdict and its row.
+    async fn probe(&self, c: &Connected, dir: Option<&Path>, i: usize, x: f64) -> Result<SloProbe> {
+        let by_rate = self.over == SearchOver::Rate;
+        let name = if by_rate { "rate" } else { "concurrency" };
+        if let Some(f) = &self.on_step {
+            f(&format!("slo probe {}: {name} {x}", i + 1));
+        }
+        let mut b = self.base.clone();
+        b.seed = self.base.seed.wrapping_add(i as u64 * 7919);
+        b.slos = Some(self.objectives.clone());
+        b.requests = Some(self.requests_per_probe);
+        b.duration = None;
+        b.load = Some(if by_rate {
+            match &self.base.load {
+                Some(Load::Open { arrival, max_concurrency, .. }) => {
+                    Load::Open { rate: x, arrival: *arrival, max_concurrency: *max_concurrency }
+                }
+                _ => Load::poisson(x),
+            }
+        } else {
+            Load::closed(x as usize)
+        });
+        let (r, shown) = step(&b, c, dir, &format!("probe-{i:02}-{name}-{x}")).await?;
+        let s = &r.summary;
+        let (why, limited_by) = probe_verdict(s, self.max_error_rate, by_rate.then_some(x));
+        let values = s
+            .metrics
+            .slo_verdict
+            .iter()
+            .flat_map(|v| &v.objectives)
+            .map(|o| {
+                (
+                    format!(
+                        "{}_{}",
+                        o.metric.metric().key(),
+                        quetta_metrics::percentile_key(o.percentile)
+                    ),
+                    o.value_ms,
+                )
+            })
+            .collect();
+        Ok(SloProbe { value: x, pass: why.is_empty(), dir: shown, why, limited_by, values })
+    }
+
+    /// Bracket, then bisect.
+    pub async fn run(self) -> Result<SloReport> {
+        self.check()?;
+        let c = self.base.target.connect().await?;
+        let dir = match &self.base.output_dir {
+            Some(d) => Some(RunDir::create(d, self.base.overwrite)?),
+            None => None,
+        };
+        let path: Option<PathBuf> = dir.as_ref().map(|d| d.path().to_path_buf());
+        let by_rate = self.over == SearchOver::Rate;
+        let round =
+            |x: f64| if by_rate { (x * 1000.0).round() / 1000.0 } else { x.round().max(1.0) };
+        let mut probes: Vec<SloProbe> = Vec::new();
+        let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+        let mut x = round(self.start);
+        while probes.len() < self.max_probes && !self.base.control.stopped() {
+            let p = self.probe(&c, path.as_deref(), probes.len(), x).await?;
+            let pass = p.pass;
+            probes.push(p);
+            if !pass {
+                hi = Some(x);
+                break;
+            }
+            lo = Some(x);
+            if x >= self.max {
+                break;
+            }
+            x = round((x * 2.0).min(self.max));
+        }
+        while let (Some(l), Some(h)) = (lo, hi) {
+            let narrow = if by_rate { (h - l) / h <= self.tolerance } else { h - l <= 1.0 };
+            if narrow || probes.len() >= self.max_probes || self.base.control.stopped() {
+                break;
+            }
+            let mid =
+                round(if by_rate { f64::midpoint(l, h) } else { f64::midpoint(l, h).floor() });
+            let p = self.probe(&c, path.as_deref(), probes.len(), mid).await?;
+            if p.pass {
+                lo = Some(mid);
+            } else {
+                hi = Some(mid);
+            }
+            probes.push(p);
+        }
+        let report = self.report(probes, lo, hi);
+        if let Some(d) = &dir {
+            d.write_slo(&report)?;
+        }
+        Ok(report)
+    }
+
+    fn report(&self, probes: Vec<SloProbe>, lo: Option<f64>, hi: Option<f64>) -> SloReport {
+        let limited = |l: &str| probes.iter().any(|p| p.limited_by.as_deref() == Some(l));
+        let mut notes = Vec::new();
+        if limited("client") {
+            notes.push("some probes were limited by the client (it could not send at the requested rate): the answer may be the client's limit, not the server's".to_owned());
+        }
+        if limited("errors") {
+            notes.push(format!(
+                "some probes failed on errors (more than {:.1}% of requests failed)",
+                self.max_error_rate * 100.0
+            ));
+        }
+        if hi.is_none() {
+            notes.push(format!(
+                "every probe up to {} passed: the answer is a lower bound",
+                lo.unwrap_or(self.max)
+            ));
+        }
+        if lo.is_none() {
+            notes.push(format!("the first probe ({}) already failed: lower --start", self.start));
+        }
+        if self.base.control.stopped() {
+            notes.push(format!("stopped after {} probes", probes.len()));
+        }
+        SloReport {
+            schema_version: 1,
+            search: if self.over == SearchOver::Rate { "rate" } else { "concurrency" }.into(),
+            objectives: self.objectives.to_string(),
+            tolerance: self.tolerance,
+            requests_per_probe: self.requests_per_probe,
+            answer: lo,
+            first_failing: hi,
+            probes,
+            notes,
+        }
+    }
+
+    /// Run on a runtime of its own.
+    pub fn run_blocking(self) -> Result<SloReport> {
+        crate::runtime(self.base.threads)?.block_on(self.run())
+    }
+}

@@ -1,0 +1,470 @@
+//! [`Target`]: where a benchmark sends its requests, and [`Target::connect`], the one place
+//! an engine is built for every binary and every embedder.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quetta_engine::{Engine, Timeouts};
+use quetta_http::TransportConfig;
+use quetta_openai::{
+    list_models, ApiKey, LiteLlmConfig, LiteLlmEngine, OpenAiConfig, OpenAiEngine,
+};
+use quetta_sim::{SimConfig, Simulator};
+
+pub use quetta_openai::Api;
+
+use crate::{Error, Result};
+
+/// What kind of endpoint a [`Target`] is.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum TargetKind {
+    /// Any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, OpenAI).
+    OpenAi { base_url: String },
+    /// A LiteLLM proxy: OpenAI's protocol, the proxy's key, its `x-litellm-*` headers kept.
+    LiteLlm { base_url: String },
+    /// An Amazon SageMaker endpoint (SigV4, the AWS credential chain).
+    #[cfg(feature = "sagemaker")]
+    SageMaker(Box<quetta_sagemaker::SageMakerConfig>),
+    /// Google Vertex AI (application default credentials).
+    #[cfg(feature = "vertex")]
+    Vertex(Box<quetta_vertex::VertexConfig>),
+    /// Quetta's embedded simulator, started by [`Target::connect`] (no server needed).
+    Simulator(Box<SimConfig>),
+    /// An engine of the embedder's own.
+    Engine(Arc<dyn Engine>),
+}
+
+/// Where a benchmark sends its requests, and how: plain data with public fields, built with
+/// the constructors and chained setters.
+///
+/// ```
+/// use quetta::Target;
+/// let t = Target::openai("http://127.0.0.1:8000").model("llama").api_key("sk-x").http2(true);
+/// assert_eq!(t.model.as_deref(), Some("llama"));
+/// assert!(!format!("{t:?}").contains("sk-x"), "the key is never shown");
+/// ```
+#[derive(Clone)]
+pub struct Target {
+    pub kind: TargetKind,
+    /// The chat or the completions API (OpenAI-compatible targets).
+    pub api: Api,
+    /// The model; without one, the first model the server lists (`GET /v1/models`).
+    pub model: Option<String>,
+    /// Sent as `Authorization: Bearer`, only to the target itself; never written anywhere.
+    pub api_key: Option<String>,
+    /// Accept any TLS certificate (testing only).
+    pub insecure: bool,
+    /// An extra CA certificate (PEM) to trust.
+    pub ca_cert: Option<PathBuf>,
+    /// HTTP/2 with prior knowledge over cleartext (https negotiates it by ALPN anyway).
+    pub http2: bool,
+    /// Extra request headers (name, value).
+    pub headers: Vec<(String, String)>,
+    /// Limit on establishing a connection (TCP and TLS).
+    pub connect_timeout: Option<Duration>,
+    /// Response headers kept in each record (names, or prefixes ending in `*`).
+    pub record_headers: Vec<String>,
+    /// Header carrying each request's session id for sticky routing (`None`: no header).
+    pub session_header: Option<String>,
+    /// Body field carrying the session id (`None`: no field).
+    pub session_body_field: Option<String>,
+}
+
+impl std::fmt::Debug for TargetKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TargetKind::OpenAi { base_url } => write!(f, "OpenAi({base_url})"),
+            TargetKind::LiteLlm { base_url } => write!(f, "LiteLlm({base_url})"),
+            #[cfg(feature = "sagemaker")]
+            TargetKind::SageMaker(c) => write!(f, "SageMaker({})", c.endpoint_name),
+            #[cfg(feature = "vertex")]
+            TargetKind::Vertex(c) => write!(f, "Vertex({}/{})", c.project, c.location),
+            TargetKind::Simulator(_) => f.write_str("Simulator"),
+            TargetKind::Engine(e) => write!(f, "Engine({})", e.name()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("kind", &self.kind)
+            .field("api", &self.api)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    fn of(kind: TargetKind) -> Self {
+        Self {
+            kind,
+            api: Api::Chat,
+            model: None,
+            api_key: None,
+            insecure: false,
+            ca_cert: None,
+            http2: false,
+            headers: Vec::new(),
+            connect_timeout: None,
+            record_headers: Vec::new(),
+            session_header: Some("x-session-id".into()),
+            session_body_field: Some("user".into()),
+        }
+    }
+
+    /// An OpenAI-compatible server at `base_url` (`http://host:port`, with or without `/v1`).
+    pub fn openai(base_url: impl Into<String>) -> Self {
+        Self::of(TargetKind::OpenAi { base_url: base_url.into() })
+    }
+
+    /// A LiteLLM proxy at `base_url`.
+    pub fn litellm(base_url: impl Into<String>) -> Self {
+        Self::of(TargetKind::LiteLlm { base_url: base_url.into() })
+    }
+
+    /// An Amazon SageMaker endpoint.
+    #[cfg(feature = "sagemaker")]
+    pub fn sagemaker(cfg: quetta_sagemaker::SageMakerConfig) -> Self {
+        Self::of(TargetKind::SageMaker(Box::new(cfg)))
+    }
+
+    /// Google Vertex AI.
+    #[cfg(feature = "vertex")]
+    pub fn vertex(cfg: quetta_vertex::VertexConfig) -> Self {
+        Self::of(TargetKind::Vertex(Box::new(cfg)))
+    }
+
+    /// Quetta's embedded simulator; `SimConfig::default()` is what `quetta-bench run` uses
+    /// with no target (TTFT 20 ms, ITL 5 ms).
+    pub fn simulator(cfg: SimConfig) -> Self {
+        Self::of(TargetKind::Simulator(Box::new(cfg)))
+    }
+
+    /// An engine of the embedder's own.
+    pub fn engine(engine: Arc<dyn Engine>) -> Self {
+        Self::of(TargetKind::Engine(engine))
+    }
+
+    /// Ask for this model.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Send this API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into()).filter(|k: &String| !k.is_empty());
+        self
+    }
+
+    /// Use the completions API (`/v1/completions`).
+    pub fn completions(mut self) -> Self {
+        self.api = Api::Completions;
+        self
+    }
+
+    /// Use HTTP/2 with prior knowledge over cleartext.
+    pub fn http2(mut self, on: bool) -> Self {
+        self.http2 = on;
+        self
+    }
+
+    /// Accept any TLS certificate (testing only).
+    pub fn insecure(mut self, on: bool) -> Self {
+        self.insecure = on;
+        self
+    }
+
+    /// Trust an extra CA certificate (PEM).
+    pub fn ca_cert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_cert = Some(path.into());
+        self
+    }
+
+    /// Add a request header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Whether the target is the embedded simulator.
+    pub fn is_simulator(&self) -> bool {
+        matches!(self.kind, TargetKind::Simulator(_))
+    }
+
+    /// The base URL of an OpenAI-compatible or LiteLLM target.
+    pub fn base_url(&self) -> Option<&str> {
+        match &self.kind {
+            TargetKind::OpenAi { base_url } | TargetKind::LiteLlm { base_url } => Some(base_url),
+            _ => None,
+        }
+    }
+
+    /// Whether requests to this target can carry images.
+    pub fn takes_images(&self) -> bool {
+        match &self.kind {
+            #[cfg(feature = "sagemaker")]
+            TargetKind::SageMaker(c) => matches!(c.payload, quetta_sagemaker::Payload::OpenAi),
+            #[cfg(feature = "vertex")]
+            TargetKind::Vertex(c) => c.api != quetta_vertex::VertexApi::Predict,
+            _ => true,
+        }
+    }
+
+    fn transport(&self) -> TransportConfig {
+        TransportConfig {
+            insecure: self.insecure,
+            ca_cert: self.ca_cert.clone(),
+            http2: self.http2,
+            connect_timeout: self.connect_timeout,
+        }
+    }
+
+    /// Build the engine: start the embedded simulator, find the model (`/v1/models` when
+    /// none is given), load credentials for managed endpoints. Per-phase timeouts other
+    /// than connect are the runner's ([`crate::Benchmark::timeouts`]), around any engine.
+    pub async fn connect(&self) -> Result<Connected> {
+        match &self.kind {
+            TargetKind::OpenAi { base_url } | TargetKind::LiteLlm { base_url } => {
+                self.connect_openai(base_url, None).await
+            }
+            TargetKind::Simulator(cfg) => {
+                let sim = Simulator::start((**cfg).clone())
+                    .map_err(|e| Error::Target(format!("starting the embedded simulator: {e}")))?;
+                let url = sim.base_url();
+                let model = self.model.clone().unwrap_or_else(|| cfg.model.clone());
+                let mut c = self.connect_openai(&url, Some(model)).await?;
+                c.notes.push(format!(
+                    "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
+                    cfg.ttft.as_secs_f64() * 1e3,
+                    cfg.itl.as_secs_f64() * 1e3
+                ));
+                c.embedded_simulator = true;
+                c.simulator = Some(Arc::new(sim));
+                Ok(c)
+            }
+            TargetKind::Engine(e) => Ok(Connected {
+                engine: e.clone(),
+                model: self.model.clone().unwrap_or_else(|| e.name().to_owned()),
+                base_url: format!("engine:{}", e.name()),
+                backend: e.name().to_owned(),
+                api: self.api,
+                embedded_simulator: false,
+                notes: Vec::new(),
+                simulator: None,
+                api_key: None,
+                insecure: self.insecure,
+            }),
+            #[cfg(feature = "sagemaker")]
+            TargetKind::SageMaker(cfg) => self.connect_sagemaker(cfg).await,
+            #[cfg(feature = "vertex")]
+            TargetKind::Vertex(cfg) => self.connect_vertex(cfg).await,
+        }
+    }
+
+    async fn connect_openai(&self, base_url: &str, model: Option<String>) -> Result<Connected> {
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(Error::config(format!(
+                "--base-url {base_url:?} must start with http:// or https://"
+            )));
+        }
+        let key = self.api_key.as_deref().map(ApiKey::new);
+        let listed = model.is_none() && self.model.is_none();
+        let model = match model.or_else(|| self.model.clone()) {
+            Some(m) => m,
+            None => list_models(base_url, key.as_ref(), self.insecure, Duration::from_secs(15))
+                .await
+                .map_err(|e| {
+                    Error::Target(format!(
+                        "no --model given and GET {base_url}/v1/models failed: {e}"
+                    ))
+                })?
+                .into_iter()
+                .next()
+                .ok_or_else(|| {
+                    Error::Target("no --model given and /v1/models lists no model".into())
+                })?,
+        };
+        let mut cfg = OpenAiConfig::new(base_url, self.api, &model);
+        cfg.api_key = key;
+        cfg.http2 = self.http2;
+        cfg.insecure = self.insecure;
+        cfg.ca_cert.clone_from(&self.ca_cert);
+        cfg.session_header.clone_from(&self.session_header);
+        cfg.session_body_field.clone_from(&self.session_body_field);
+        cfg.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        cfg.timeouts = Timeouts { connect: self.connect_timeout, ..Timeouts::default() };
+        let mut notes = Vec::new();
+        let engine: Arc<dyn Engine> = if matches!(self.kind, TargetKind::LiteLlm { .. }) {
+            if !model.contains('/') && !listed {
+                notes.push(format!("LiteLLM: model {model:?} has no provider prefix (e.g. openai/gpt-4o); the proxy may route it by alias"));
+            }
+            Arc::new(
+                LiteLlmEngine::new(LiteLlmConfig { openai: cfg })
+                    .map_err(|e| Error::config(e.to_string()))?,
+            )
+        } else {
+            Arc::new(OpenAiEngine::new(cfg).map_err(|e| Error::config(e.to_string()))?)
+        };
+        Ok(Connected {
+            backend: engine.name().to_owned(),
+            engine,
+            model,
+            base_url: base_url.to_owned(),
+            api: self.api,
+            embedded_simulator: false,
+            notes,
+            simulator: None,
+            api_key: self.api_key.clone(),
+            insecure: self.insecure,
+        })
+    }
+
+    #[cfg(feature = "sagemaker")]
+    async fn connect_sagemaker(
+        &self,
+        cfg: &quetta_sagemaker::SageMakerConfig,
+    ) -> Result<Connected> {
+        let mut c = cfg.clone();
+        c.model = self.model.clone().unwrap_or_else(|| c.endpoint_name.clone());
+        c.transport = self.transport();
+        c.timeouts = Timeouts { connect: self.connect_timeout, ..Timeouts::default() };
+        c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        c.session_body_field.clone_from(&self.session_body_field);
+        let payload = match &c.payload {
+            quetta_sagemaker::Payload::OpenAi => "openai",
+            quetta_sagemaker::Payload::JumpStart => "jumpstart",
+            _ => "template",
+        };
+        let (name, url, model) = (c.endpoint_name.clone(), c.endpoint_url.clone(), c.model.clone());
+        let e = quetta_sagemaker::SageMakerEngine::new(c)
+            .await
+            .map_err(|e| Error::Target(format!("setting up the SageMaker adapter: {e}")))?;
+        let base = url
+            .unwrap_or_else(|| format!("https://runtime.sagemaker.{}.amazonaws.com", e.region()));
+        let note = format!(
+            "SageMaker endpoint {name} in {} ({payload} payload); requests signed with SigV4, credentials from the AWS chain refreshed before expiry",
+            e.region()
+        );
+        Ok(Connected {
+            engine: Arc::new(e),
+            model,
+            base_url: format!("{base}/endpoints/{name}"),
+            backend: "sagemaker".into(),
+            api: Api::Chat,
+            embedded_simulator: false,
+            notes: vec![note],
+            simulator: None,
+            api_key: None,
+            insecure: self.insecure,
+        })
+    }
+
+    #[cfg(feature = "vertex")]
+    async fn connect_vertex(&self, cfg: &quetta_vertex::VertexConfig) -> Result<Connected> {
+        use quetta_vertex::VertexApi;
+        let mut c = cfg.clone();
+        c.model = match (&self.model, c.api) {
+            (Some(m), _) => m.clone(),
+            (None, VertexApi::Predict) => c.endpoint_id.clone().unwrap_or_default(),
+            (None, _) if !c.model.is_empty() => c.model.clone(),
+            (None, _) => {
+                return Err(Error::config(
+                    "--backend vertex needs --model (e.g. gemini-2.0-flash-001)",
+                ))
+            }
+        };
+        c.transport = self.transport();
+        c.timeouts = Timeouts { connect: self.connect_timeout, ..Timeouts::default() };
+        c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        let api = match c.api {
+            VertexApi::Gemini => "gemini",
+            VertexApi::OpenAi => "openai",
+            _ => "predict",
+        };
+        let base = c
+            .endpoint_url
+            .clone()
+            .unwrap_or_else(|| format!("https://{}-aiplatform.googleapis.com", c.location));
+        let (location, model, predict) =
+            (c.location.clone(), c.model.clone(), c.api == VertexApi::Predict);
+        let e = quetta_vertex::VertexEngine::new(c)
+            .await
+            .map_err(|e| Error::Target(format!("setting up the Vertex AI adapter: {e}")))?;
+        let mut notes = vec![format!(
+            "Vertex AI ({api} API, {location}); access tokens from {}, refreshed before expiry",
+            e.credentials_source()
+        )];
+        if predict {
+            notes.push("Vertex predict is not streamed: TTFT equals E2E, and no inter-token latency is reported".into());
+        }
+        Ok(Connected {
+            backend: e.name().to_owned(),
+            engine: Arc::new(e),
+            model,
+            base_url: base,
+            api: Api::Chat,
+            embedded_simulator: false,
+            notes,
+            simulator: None,
+            api_key: None,
+            insecure: self.insecure,
+        })
+    }
+}
+
+/// A target, connected: the engine every request goes through, what it is, and (for the
+/// embedded simulator) the simulator it keeps running. Cheap to clone; every clone shares
+/// one engine (one connection pool) and one simulator.
+#[derive(Clone)]
+pub struct Connected {
+    pub engine: Arc<dyn Engine>,
+    pub model: String,
+    /// The endpoint's URL (for the summary's target).
+    pub base_url: String,
+    /// The engine's name (`openai-chat`, `litellm-chat`, `sagemaker`, ...).
+    pub backend: String,
+    pub api: Api,
+    pub embedded_simulator: bool,
+    /// What a reader of the results must know about the target.
+    pub notes: Vec<String>,
+    pub simulator: Option<Arc<Simulator>>,
+    api_key: Option<String>,
+    insecure: bool,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected")
+            .field("backend", &self.backend)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connected {
+    /// The target's own API key, for requests to the same origin (a cache reset, the
+    /// server's `/metrics`).
+    pub(crate) fn same_origin_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
+    /// Whether TLS certificates go unchecked (as the target was told).
+    pub(crate) fn insecure(&self) -> bool {
+        self.insecure
+    }
+
+    /// `chat` or `completions`.
+    pub fn endpoint(&self) -> &'static str {
+        match self.api {
+            Api::Chat => "chat",
+            Api::Completions => "completions",
+        }
+    }
+}
