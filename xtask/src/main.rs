@@ -100,76 +100,64 @@ fn p(mut v: Vec<f64>, q: f64) -> f64 {
     v[((v.len() as f64 * q).ceil() as usize).saturating_sub(1)]
 }
 
-fn overhead(nice: u32) -> Result<()> {
-    let root = root();
-    let st = Command::new("cargo")
-        .current_dir(&root)
-        .args(["build", "--release", "-q", "-p", "quetta-bench", "-p", "quetta-sim-bin"])
-        .status()?;
-    if !st.success() {
-        bail!("release build failed");
-    }
-    let bench_bin = root.join("target/release/quetta-bench");
-    let sim_bin = root.join("target/release/quetta-sim");
-    let work = root.join("target/xtask");
-    std::fs::create_dir_all(&work)?;
-    let mut rows: Vec<(String, String, String)> = Vec::new();
-    let mut json = serde_json::Map::new();
+/// Highest sustained rate: closed loop against a zero-delay simulator.
+fn max_rate(c: &mut Ctx) -> Result<()> {
+    let sim = start_sim(&c.sim, c.nice, &["--ttft-ms", "0", "--itl-ms", "0"])?;
+    let s = bench(
+        &c.bench,
+        &sim.url,
+        &c.work.join("max"),
+        &[
+            "--concurrency",
+            "64",
+            "--num-requests",
+            "6000",
+            "--warmup",
+            "64",
+            "--input-len",
+            "32",
+            "--output-len",
+            "128",
+            "--threads",
+            "1",
+        ],
+    )?;
+    let req_s = f(&s, "/request_throughput");
+    let chunks = f(&s, "/itl_ms/count") + f(&s, "/completed");
+    let dur = f(&s, "/duration_s");
+    let cpu = f(&s, "/client/cpu_user_s") + f(&s, "/client/cpu_system_s");
+    let per_req_ms = cpu * 1e3 / f(&s, "/completed");
+    c.rows.push((
+        "highest sustained request rate (128-token streams, 1 client thread)".into(),
+        format!("{req_s:.0} req/s"),
+        "-".into(),
+    ));
+    c.rows.push((
+        "streamed chunk rate".into(),
+        format!("{:.0} chunks/s", chunks / dur),
+        "-".into(),
+    ));
+    c.rows.push((
+        "client CPU per streamed 128-token request".into(),
+        format!("{per_req_ms:.3} ms"),
+        "< 0.3 ms".into(),
+    ));
+    c.json.insert("max_request_rate".into(), req_s.into());
+    c.json.insert("chunk_rate".into(), (chunks / dur).into());
+    c.json.insert("client_cpu_ms_per_request".into(), per_req_ms.into());
 
-    // 1. Highest sustained rate: closed loop against a zero-delay simulator.
-    {
-        let sim = start_sim(&sim_bin, nice, &["--ttft-ms", "0", "--itl-ms", "0"])?;
-        let s = bench(
-            &bench_bin,
-            &sim.url,
-            &work.join("max"),
-            &[
-                "--concurrency",
-                "64",
-                "--num-requests",
-                "6000",
-                "--warmup",
-                "64",
-                "--input-len",
-                "32",
-                "--output-len",
-                "128",
-                "--threads",
-                "1",
-            ],
-        )?;
-        let req_s = f(&s, "/request_throughput");
-        let chunks = f(&s, "/itl_ms/count") + f(&s, "/completed");
-        let dur = f(&s, "/duration_s");
-        let cpu = f(&s, "/client/cpu_user_s") + f(&s, "/client/cpu_system_s");
-        let per_req_ms = cpu * 1e3 / f(&s, "/completed");
-        rows.push((
-            "highest sustained request rate (128-token streams, 1 client thread)".into(),
-            format!("{req_s:.0} req/s"),
-            "-".into(),
-        ));
-        rows.push((
-            "streamed chunk rate".into(),
-            format!("{:.0} chunks/s", chunks / dur),
-            "-".into(),
-        ));
-        rows.push((
-            "client CPU per streamed 128-token request".into(),
-            format!("{per_req_ms:.3} ms"),
-            "< 0.3 ms".into(),
-        ));
-        json.insert("max_request_rate".into(), req_s.into());
-        json.insert("chunk_rate".into(), (chunks / dur).into());
-        json.insert("client_cpu_ms_per_request".into(), per_req_ms.into());
-    }
-    // 2. Dispatch lag at 1k and 5k requests/s (open loop, constant arrivals, short answers).
+    Ok(())
+}
+
+/// Dispatch lag at 1k and 5k requests/s (open loop, constant arrivals, short answers).
+fn dispatch_lag(c: &mut Ctx) -> Result<()> {
     for rate in [1000, 5000] {
-        let sim = start_sim(&sim_bin, nice, &["--ttft-ms", "1", "--itl-ms", "1"])?;
+        let sim = start_sim(&c.sim, c.nice, &["--ttft-ms", "1", "--itl-ms", "1"])?;
         let n = (rate * 4).to_string();
         let s = bench(
-            &bench_bin,
+            &c.bench,
             &sim.url,
-            &work.join(format!("lag{rate}")),
+            &c.work.join(format!("lag{rate}")),
             &[
                 "--request-rate",
                 &rate.to_string(),
@@ -184,122 +172,164 @@ fn overhead(nice: u32) -> Result<()> {
             ],
         )?;
         let (p50, p99) = (f(&s, "/schedule_lag_ms/p50"), f(&s, "/schedule_lag_ms/p99"));
-        rows.push((
+        c.rows.push((
             format!("dispatch (schedule) lag at {rate} req/s, p50 / p99"),
             format!("{p50:.3} / {p99:.3} ms"),
             if rate == 5000 { "p99 < 1 ms".into() } else { "-".into() },
         ));
-        rows.push((
+        c.rows.push((
             format!("achieved send rate at {rate} req/s"),
             format!("{:.1} req/s", f(&s, "/achieved_send_rate")),
             "-".into(),
         ));
-        json.insert(format!("lag_{rate}_p50_ms"), p50.into());
-        json.insert(format!("lag_{rate}_p99_ms"), p99.into());
-        json.insert(format!("achieved_{rate}"), f(&s, "/achieved_send_rate").into());
+        c.json.insert(format!("lag_{rate}_p50_ms"), p50.into());
+        c.json.insert(format!("lag_{rate}_p99_ms"), p99.into());
+        c.json.insert(format!("achieved_{rate}"), f(&s, "/achieved_send_rate").into());
     }
-    // 3. Timing error at 1,024 concurrent streams: client records against the simulator's.
-    {
-        let rec = work.join("sim-records.jsonl");
-        let _ = std::fs::remove_file(&rec);
-        let sim = start_sim(
-            &sim_bin,
-            nice,
-            &["--ttft-ms", "50", "--itl-ms", "20", "--record", rec.to_str().unwrap()],
-        )?;
-        let dir = work.join("streams1024");
-        let s = bench(
-            &bench_bin,
-            &sim.url,
-            &dir,
-            &[
-                "--concurrency",
-                "1024",
-                "--num-requests",
-                "2048",
-                "--warmup",
-                "1024",
-                "--input-len",
-                "16",
-                "--output-len",
-                "32",
-            ],
-        )?;
-        drop(sim);
-        let sims: HashMap<u64, Value> = std::fs::read_to_string(&rec)?
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|v| v["request_id"].as_u64().map(|id| (id, v)))
-            .collect();
-        let (mut ttft, mut itl) = (Vec::new(), Vec::new());
-        for l in std::fs::read_to_string(dir.join("requests.jsonl"))?.lines() {
-            let r: Value = serde_json::from_str(l)?;
-            let Some(sv) = r["id"].as_u64().and_then(|id| sims.get(&id)) else { continue };
-            let chunks: Vec<f64> = sv["chunk_ns"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            if chunks.is_empty() || r["ttft_ms"].is_null() {
-                continue;
-            }
-            let sim_ttft = (chunks[0] - sv["arrival_ns"].as_f64().unwrap_or(0.0)) / 1e6;
-            ttft.push((r["ttft_ms"].as_f64().unwrap_or(0.0) - sim_ttft).abs());
-            for (k, g) in r["itl_ms"].as_array().into_iter().flatten().enumerate() {
-                if k + 1 < chunks.len() {
-                    itl.push((g.as_f64().unwrap_or(0.0) - (chunks[k + 1] - chunks[k]) / 1e6).abs());
-                }
+    Ok(())
+}
+
+/// Timing error at 1,024 concurrent streams: client records against the simulator's.
+fn timing_error(c: &mut Ctx) -> Result<()> {
+    let rec = c.work.join("sim-records.jsonl");
+    let _ = std::fs::remove_file(&rec);
+    let sim = start_sim(
+        &c.sim,
+        c.nice,
+        &["--ttft-ms", "50", "--itl-ms", "20", "--record", rec.to_str().unwrap()],
+    )?;
+    let dir = c.work.join("streams1024");
+    let s = bench(
+        &c.bench,
+        &sim.url,
+        &dir,
+        &[
+            "--concurrency",
+            "1024",
+            "--num-requests",
+            "2048",
+            "--warmup",
+            "1024",
+            "--input-len",
+            "16",
+            "--output-len",
+            "32",
+        ],
+    )?;
+    drop(sim);
+    let sims: HashMap<u64, Value> = std::fs::read_to_string(&rec)?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["request_id"].as_u64().map(|id| (id, v)))
+        .collect();
+    let (mut ttft, mut itl) = (Vec::new(), Vec::new());
+    for l in std::fs::read_to_string(dir.join("requests.jsonl"))?.lines() {
+        let r: Value = serde_json::from_str(l)?;
+        let Some(sv) = r["id"].as_u64().and_then(|id| sims.get(&id)) else { continue };
+        let chunks: Vec<f64> = sv["chunk_ns"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        if chunks.is_empty() || r["ttft_ms"].is_null() {
+            continue;
+        }
+        let sim_ttft = (chunks[0] - sv["arrival_ns"].as_f64().unwrap_or(0.0)) / 1e6;
+        ttft.push((r["ttft_ms"].as_f64().unwrap_or(0.0) - sim_ttft).abs());
+        for (k, g) in r["itl_ms"].as_array().into_iter().flatten().enumerate() {
+            if k + 1 < chunks.len() {
+                itl.push((g.as_f64().unwrap_or(0.0) - (chunks[k + 1] - chunks[k]) / 1e6).abs());
             }
         }
-        rows.push((
-            "timing error at 1,024 streams: |ITL client - server| p50 / p99".into(),
-            format!("{:.3} / {:.3} ms", p(itl.clone(), 0.5), p(itl.clone(), 0.99)),
-            "p99 < 1 ms".into(),
-        ));
-        rows.push((
-            "timing error at 1,024 streams: |TTFT client - server| p50 / p99".into(),
-            format!("{:.3} / {:.3} ms", p(ttft.clone(), 0.5), p(ttft.clone(), 0.99)),
-            "p99 < 1 ms".into(),
-        ));
-        json.insert("streams1024_itl_err_p99_ms".into(), p(itl, 0.99).into());
-        json.insert("streams1024_ttft_err_p99_ms".into(), p(ttft, 0.99).into());
-        json.insert("streams1024_completed".into(), s["completed"].clone());
     }
-    // 4. Memory per in-flight stream: peak RSS at 1 and at 1,024 streams.
-    {
-        let sim = start_sim(&sim_bin, nice, &["--ttft-ms", "20", "--itl-ms", "40"])?;
-        let one = bench(
-            &bench_bin,
-            &sim.url,
-            &work.join("mem1"),
-            &["--concurrency", "1", "--num-requests", "4", "--output-len", "64"],
-        )?;
-        let many = bench(
-            &bench_bin,
-            &sim.url,
-            &work.join("mem1024"),
-            &["--concurrency", "1024", "--num-requests", "1024", "--output-len", "64"],
-        )?;
-        let kib = (f(&many, "/client/peak_rss_kib") - f(&one, "/client/peak_rss_kib")) / 1023.0;
-        rows.push((
-            "memory per in-flight stream (peak RSS delta, 1 -> 1,024 streams)".into(),
-            format!("{kib:.1} KiB"),
-            "< 16 KiB".into(),
-        ));
-        json.insert("kib_per_stream".into(), kib.into());
+    c.rows.push((
+        "timing error at 1,024 streams: |ITL client - server| p50 / p99".into(),
+        format!("{:.3} / {:.3} ms", p(itl.clone(), 0.5), p(itl.clone(), 0.99)),
+        "p99 < 1 ms".into(),
+    ));
+    c.rows.push((
+        "timing error at 1,024 streams: |TTFT client - server| p50 / p99".into(),
+        format!("{:.3} / {:.3} ms", p(ttft.clone(), 0.5), p(ttft.clone(), 0.99)),
+        "p99 < 1 ms".into(),
+    ));
+    c.json.insert("streams1024_itl_err_p99_ms".into(), p(itl, 0.99).into());
+    c.json.insert("streams1024_ttft_err_p99_ms".into(), p(ttft, 0.99).into());
+    c.json.insert("streams1024_completed".into(), s["completed"].clone());
+
+    Ok(())
+}
+
+/// Memory per in-flight stream: peak RSS at 1 and at 1,024 streams.
+fn memory(c: &mut Ctx) -> Result<()> {
+    let sim = start_sim(&c.sim, c.nice, &["--ttft-ms", "20", "--itl-ms", "40"])?;
+    let one = bench(
+        &c.bench,
+        &sim.url,
+        &c.work.join("mem1"),
+        &["--concurrency", "1", "--num-requests", "4", "--output-len", "64"],
+    )?;
+    let many = bench(
+        &c.bench,
+        &sim.url,
+        &c.work.join("mem1024"),
+        &["--concurrency", "1024", "--num-requests", "1024", "--output-len", "64"],
+    )?;
+    let kib = (f(&many, "/client/peak_rss_kib") - f(&one, "/client/peak_rss_kib")) / 1023.0;
+    c.rows.push((
+        "memory per in-flight stream (peak RSS delta, 1 -> 1,024 streams)".into(),
+        format!("{kib:.1} KiB"),
+        "< 16 KiB".into(),
+    ));
+    c.json.insert("kib_per_stream".into(), kib.into());
+
+    Ok(())
+}
+
+/// The overhead benchmark's binaries, working directory and results.
+struct Ctx {
+    bench: PathBuf,
+    sim: PathBuf,
+    work: PathBuf,
+    nice: u32,
+    rows: Vec<(String, String, String)>,
+    json: serde_json::Map<String, Value>,
+}
+
+fn overhead(nice: u32) -> Result<()> {
+    let root = root();
+    let st = Command::new("cargo")
+        .current_dir(&root)
+        .args(["build", "--release", "-q", "-p", "quetta-bench", "-p", "quetta-sim-bin"])
+        .status()?;
+    if !st.success() {
+        bail!("release build failed");
     }
+    let work = root.join("target/xtask");
+    std::fs::create_dir_all(&work)?;
+    let mut c = Ctx {
+        bench: root.join("target/release/quetta-bench"),
+        sim: root.join("target/release/quetta-sim"),
+        work,
+        nice,
+        rows: Vec::new(),
+        json: serde_json::Map::new(),
+    };
+    max_rate(&mut c)?;
+    dispatch_lag(&mut c)?;
+    timing_error(&mut c)?;
+    memory(&mut c)?;
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     println!("Machine: {cpus} CPUs. Client and simulator are separate release processes on the same machine (simulator at nice {nice}).\n");
     println!("| measurement | result | target |\n|---|---|---|");
-    for (a, b, c) in &rows {
-        println!("| {a} | {b} | {c} |");
+    for (a, b, t) in &c.rows {
+        println!("| {a} | {b} | {t} |");
     }
     std::fs::write(
-        work.join(if nice > 0 {
+        c.work.join(if nice > 0 {
             format!("overhead-nice{nice}.json")
         } else {
             "overhead.json".into()
         }),
-        serde_json::to_string_pretty(&Value::Object(json))?,
+        serde_json::to_string_pretty(&Value::Object(c.json))?,
     )?;
     Ok(())
 }

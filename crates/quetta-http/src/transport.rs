@@ -417,6 +417,89 @@ fn header_matches(name: &str, wanted: &[String]) -> bool {
 }
 
 impl ResponseStream {
+    /// The response head arrived: stamp it, claim the connection, keep the headers asked
+    /// for, and go on to the body (or to the error body).
+    fn on_response(&mut self, resp: http::Response<Incoming>) {
+        let this = self;
+        let now = Instant::now();
+        let status = resp.status().as_u16();
+        // HTTP/2 multiplexes streams over one connection, whose reader runs
+        // ahead of any one stream: there a frame is stamped when it is handed
+        // over. HTTP/1.1 reads only when this response needs more bytes.
+        if resp.version() != http::Version::HTTP_2 {
+            this.arrivals = resp.extensions().get::<ConnMeta>().cloned();
+        }
+        // HTTP/1.1 carries one request at a time, so the connection's last
+        // write run is this request: its first byte left for the kernel then
+        // (after connect, TLS and the client's own I/O task). A stale retry
+        // keeps the first attempt's send (both attempts are its latency).
+        let written = this
+            .arrivals
+            .as_ref()
+            .and_then(ConnMeta::write_start)
+            .filter(|w| !this.retried_stale && *w >= this.sent && *w <= now);
+        this.last_stamp = written.unwrap_or(this.sent);
+        // The headers arrived with the last read too; every later event is
+        // stamped no earlier than they are.
+        let at = this.arrival_stamp(now);
+        let mut connection =
+            resp.extensions().get::<ConnMeta>().map(ConnMeta::claim).unwrap_or_default();
+        connection.retried_stale = this.retried_stale;
+        this.spare = None;
+        let headers: Vec<(String, String)> = if this.record_headers.is_empty() {
+            Vec::new()
+        } else {
+            resp.headers()
+                .iter()
+                .filter(|(n, _)| header_matches(n.as_str(), &this.record_headers))
+                .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect()
+        };
+        this.status = status;
+        this.retry_after =
+            resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        this.last_frame = now;
+        if !(200..300).contains(&status) {
+            this.error_headers = resp.headers().clone();
+        }
+        if let Some(w) = written {
+            this.emit(w, EventKind::RequestWritten);
+        }
+        this.emit(at, EventKind::Headers { status, connection, headers });
+        let body = resp.into_body();
+        this.state =
+            if (200..300).contains(&status) { State::Body(body) } else { State::ErrorBody(body) };
+        this.arm();
+    }
+
+    /// The request failed before a response: resend it once on a new connection when a
+    /// pooled connection turned out closed, else fail.
+    fn on_request_error(&mut self, e: &hyper_util::client::legacy::Error) {
+        let this = self;
+        let err = connect_error(e);
+        // A pooled connection the server closed as we reused it (llama.cpp
+        // closes after every streamed response while advertising keep-alive):
+        // nothing came back, so the server did not take the request. Send it
+        // once more, on a new connection, as Go's net/http does.
+        // Only a connection that had served a request before is ambiguous; a
+        // new connection closed on us is the server's error.
+        let reused = e.connect_info().is_some_and(|c| {
+            let mut x = http::Extensions::new();
+            c.get_extras(&mut x);
+            x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
+        });
+        // This future resolves at the response headers, so any closed
+        // connection here happened before a response byte.
+        let stale = reused && matches!(err, EngineError::ConnectionClosed(_));
+        match (stale, this.spare.take()) {
+            (true, Some(req)) => {
+                this.retried_stale = true;
+                this.state = State::Waiting(this.client.request(req));
+            }
+            _ => this.fail(Instant::now(), err),
+        }
+    }
+
     fn emit(&mut self, at: Instant, kind: EventKind) {
         self.pending.push_back(TimedEvent { at, frame: self.frame, kind });
     }
@@ -586,95 +669,8 @@ impl Stream for ResponseStream {
                     this.fail(Instant::now(), e);
                 }
                 State::Waiting(fut) => match Pin::new(fut).poll(cx) {
-                    Poll::Ready(Ok(resp)) => {
-                        let now = Instant::now();
-                        let status = resp.status().as_u16();
-                        // HTTP/2 multiplexes streams over one connection, whose reader runs
-                        // ahead of any one stream: there a frame is stamped when it is handed
-                        // over. HTTP/1.1 reads only when this response needs more bytes.
-                        if resp.version() != http::Version::HTTP_2 {
-                            this.arrivals = resp.extensions().get::<ConnMeta>().cloned();
-                        }
-                        // HTTP/1.1 carries one request at a time, so the connection's last
-                        // write run is this request: its first byte left for the kernel then
-                        // (after connect, TLS and the client's own I/O task). A stale retry
-                        // keeps the first attempt's send (both attempts are its latency).
-                        let written = this
-                            .arrivals
-                            .as_ref()
-                            .and_then(ConnMeta::write_start)
-                            .filter(|w| !this.retried_stale && *w >= this.sent && *w <= now);
-                        this.last_stamp = written.unwrap_or(this.sent);
-                        // The headers arrived with the last read too; every later event is
-                        // stamped no earlier than they are.
-                        let at = this.arrival_stamp(now);
-                        let mut connection = resp
-                            .extensions()
-                            .get::<ConnMeta>()
-                            .map(ConnMeta::claim)
-                            .unwrap_or_default();
-                        connection.retried_stale = this.retried_stale;
-                        this.spare = None;
-                        let headers: Vec<(String, String)> = if this.record_headers.is_empty() {
-                            Vec::new()
-                        } else {
-                            resp.headers()
-                                .iter()
-                                .filter(|(n, _)| header_matches(n.as_str(), &this.record_headers))
-                                .map(|(n, v)| {
-                                    (
-                                        n.to_string(),
-                                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                                    )
-                                })
-                                .collect()
-                        };
-                        this.status = status;
-                        this.retry_after = resp
-                            .headers()
-                            .get(RETRY_AFTER)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned);
-                        this.last_frame = now;
-                        if !(200..300).contains(&status) {
-                            this.error_headers = resp.headers().clone();
-                        }
-                        if let Some(w) = written {
-                            this.emit(w, EventKind::RequestWritten);
-                        }
-                        this.emit(at, EventKind::Headers { status, connection, headers });
-                        let body = resp.into_body();
-                        this.state = if (200..300).contains(&status) {
-                            State::Body(body)
-                        } else {
-                            State::ErrorBody(body)
-                        };
-                        this.arm();
-                    }
-                    Poll::Ready(Err(e)) => {
-                        let err = connect_error(&e);
-                        // A pooled connection the server closed as we reused it (llama.cpp
-                        // closes after every streamed response while advertising keep-alive):
-                        // nothing came back, so the server did not take the request. Send it
-                        // once more, on a new connection, as Go's net/http does.
-                        // Only a connection that had served a request before is ambiguous; a
-                        // new connection closed on us is the server's error.
-                        let reused = e.connect_info().is_some_and(|c| {
-                            let mut x = http::Extensions::new();
-                            c.get_extras(&mut x);
-                            x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
-                        });
-                        // This future resolves at the response headers, so any closed
-                        // connection here happened before a response byte.
-                        let stale = reused && matches!(err, EngineError::ConnectionClosed(_));
-                        match (stale, this.spare.take()) {
-                            (true, Some(req)) => {
-                                this.retried_stale = true;
-                                this.state = State::Waiting(this.client.request(req));
-                            }
-                            _ => this.fail(Instant::now(), err),
-                        }
-                    }
+                    Poll::Ready(Ok(resp)) => this.on_response(resp),
+                    Poll::Ready(Err(e)) => this.on_request_error(&e),
                     Poll::Pending => {
                         if !this.poll_timeout(cx) {
                             return Poll::Pending;

@@ -261,6 +261,57 @@ fn header_str(req: &Request<Incoming>, name: &str) -> Option<String> {
     req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
+/// A request the simulator cannot take: recorded with `why`, answered 400 with `message`.
+fn refuse(sh: &Shared, mut rec: SimRecord, why: String, message: &str) -> Response<Body> {
+    rec.status = 400;
+    rec.error = Some(why);
+    rec.end = Instant::now();
+    sh.finish(rec);
+    json_error(StatusCode::BAD_REQUEST, message)
+}
+
+/// A non-streamed answer: every token generated "inside" the server, then the whole body.
+async fn whole(mut st: SimStream, v: &Value, chat: bool) -> Response<Body> {
+    let sh = st.sh.clone();
+    // Generate every token "inside" the server, then answer at once.
+    let mut last = st.next_at;
+    let mut text = String::new();
+    let mut sent = 0;
+    while sent < st.n_tokens {
+        let k = st.sh.cfg.tokens_per_chunk.max(1).min(st.n_tokens - sent);
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        st.push_words(&mut text, k);
+        sent += k;
+        if sent < st.n_tokens {
+            last += st.gap();
+        }
+    }
+    tokio::time::sleep_until(last.into()).await;
+    let finish = if st.n_tokens >= 1 { "length" } else { "stop" };
+    let usage: Value = serde_json::from_str(&st.usage_json()).unwrap_or(Value::Null);
+    st.cache_reply(&text);
+    let body = if chat {
+        json!({"id": st.id, "object": "chat.completion", "created": st.created, "model": v.get("model"),
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+               "usage": usage})
+    } else {
+        json!({"id": st.id, "object": "text_completion", "created": st.created, "model": v.get("model"),
+               "choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage})
+    };
+    let mut rec = st.rec.take().expect("record present");
+    let now = Instant::now();
+    rec.headers_sent = now;
+    rec.end = now;
+    rec.completion_tokens = u64::from(st.n_tokens);
+    rec.text = text;
+    sh.finish(rec);
+    let mut r = full(StatusCode::OK, "application/json", body.to_string());
+    add_headers(&sh, &mut r);
+    r
+}
+
 async fn generate(
     req: Request<Incoming>,
     sh: Arc<Shared>,
@@ -295,12 +346,13 @@ async fn generate(
     let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            rec.status = 400;
-            rec.error = Some(format!("cannot read body: {e}"));
-            rec.end = Instant::now();
             rec.session_id = session_id;
-            sh.finish(rec);
-            return Ok(json_error(StatusCode::BAD_REQUEST, "cannot read request body"));
+            return Ok(refuse(
+                &sh,
+                rec,
+                format!("cannot read body: {e}"),
+                "cannot read request body",
+            ));
         }
     };
     // The request is complete: it arrived with its last byte, which may be well before this
@@ -311,14 +363,9 @@ async fn generate(
     rec.end = arrival;
     let parsed: Option<Value> = serde_json::from_slice(&body).ok().filter(Value::is_object);
     let Some(v) = parsed else {
-        {
-            rec.status = 400;
-            rec.error = Some("body is not a JSON object".into());
-            rec.end = Instant::now();
-            rec.session_id = session_id;
-            sh.finish(rec);
-            return Ok(json_error(StatusCode::BAD_REQUEST, "request body must be a JSON object"));
-        }
+        rec.session_id = session_id;
+        let why = "body is not a JSON object".into();
+        return Ok(refuse(&sh, rec, why, "request body must be a JSON object"));
     };
     if session_id.is_none() {
         session_id = v.get("user").and_then(Value::as_str).map(str::to_owned);
@@ -410,43 +457,7 @@ async fn generate(
         )
     };
     if !stream {
-        // Generate every token "inside" the server, then answer at once.
-        let mut last = st.next_at;
-        let mut text = String::new();
-        let mut sent = 0;
-        while sent < st.n_tokens {
-            let k = st.sh.cfg.tokens_per_chunk.max(1).min(st.n_tokens - sent);
-            if !text.is_empty() {
-                text.push(' ');
-            }
-            st.push_words(&mut text, k);
-            sent += k;
-            if sent < st.n_tokens {
-                last += st.gap();
-            }
-        }
-        tokio::time::sleep_until(last.into()).await;
-        let finish = if st.n_tokens >= 1 { "length" } else { "stop" };
-        let usage: Value = serde_json::from_str(&st.usage_json()).unwrap_or(Value::Null);
-        st.cache_reply(&text);
-        let body = if chat {
-            json!({"id": st.id, "object": "chat.completion", "created": st.created, "model": v.get("model"),
-                   "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-                   "usage": usage})
-        } else {
-            json!({"id": st.id, "object": "text_completion", "created": st.created, "model": v.get("model"),
-                   "choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage})
-        };
-        let mut rec = st.rec.take().expect("record present");
-        let now = Instant::now();
-        rec.headers_sent = now;
-        rec.end = now;
-        rec.completion_tokens = u64::from(st.n_tokens);
-        rec.text = text;
-        sh.finish(rec);
-        let mut r = full(StatusCode::OK, "application/json", body.to_string());
-        add_headers(&sh, &mut r);
-        return Ok(r);
+        return Ok(whole(st, &v, chat).await);
     }
     let mut r = Response::new(Either::Right(st));
     r.headers_mut()
