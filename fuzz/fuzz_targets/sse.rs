@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use quetta_openai::decode::ChunkDecoder;
-use quetta_openai::sse::SseParser;
+use quetta_http::sse::SseParser;
 
 fn decode(frames: &[&[u8]]) -> Vec<String> {
     let mut p = SseParser::new(4096);

@@ -5,6 +5,9 @@
 //! machine, and prints a Markdown table for docs/PERFORMANCE.md (also written to
 //! target/xtask/overhead.json). `--sim-nice N` runs the simulator under `nice -n N`, so that
 //! on a small machine the client is measured as if the server had a machine of its own.
+//!
+//! `cargo xtask embed-check` builds and runs `examples/embed` as a program outside the
+//! workspace that depends on the `quetta` crate by path, as an embedder's would.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -23,11 +26,39 @@ fn main() -> Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["bench", "overhead"] => overhead(0),
         ["bench", "overhead", "--sim-nice", n] => overhead(n.parse().context("--sim-nice N")?),
+        ["embed-check"] => embed_check(),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask embed-check");
             std::process::exit(2);
         }
     }
+}
+
+/// Build `examples/embed`'s program as a crate of its own outside the workspace (a path
+/// dependency on `crates/quetta`, its own lock file and target directory) and run it.
+fn embed_check() -> Result<()> {
+    let root = root();
+    let dir = root.join("target/embed-check/crate");
+    std::fs::create_dir_all(dir.join("src"))?;
+    let manifest = format!(
+        "[package]\nname = \"outside\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n\n[dependencies]\nquetta = {{ path = {:?} }}\ntokio = {{ version = \"1\", features = [\"sync\", \"time\"] }}\n",
+        root.join("crates/quetta").display().to_string()
+    );
+    std::fs::write(dir.join("Cargo.toml"), manifest)?;
+    std::fs::copy(root.join("examples/embed/src/main.rs"), dir.join("src/main.rs"))?;
+    let st = Command::new("cargo")
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", root.join("target/embed-check/target"))
+        .args(["run", "--release", "-q"])
+        .status()
+        .context("cargo run")?;
+    if !st.success() {
+        bail!("the outside crate failed to build or run");
+    }
+    println!(
+        "embed-check: a crate outside the workspace ran a benchmark and a sweep through quetta"
+    );
+    Ok(())
 }
 
 struct Sim {

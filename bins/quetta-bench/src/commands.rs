@@ -3,7 +3,6 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use clap::Args;
 use quetta::report::{files, render_summary, RunDir};
 use quetta::{Benchmark, CompareOptions, RunControl, SearchOver, SloSearch, Steps, Sweep};
 
-use crate::flags::{default_dir, RunArgs};
+use crate::flags::RunArgs;
 
 /// A runtime; Ctrl-C stops `control` (requests in flight drain).
 fn runtime(threads: Option<usize>, control: &Arc<RunControl>) -> Result<tokio::runtime::Runtime> {
@@ -48,15 +47,7 @@ fn progress(
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         loop {
             tick.tick().await;
-            let p = &c.progress;
-            let (done, failed) =
-                (p.completed.load(Ordering::Relaxed), p.failed.load(Ordering::Relaxed));
-            let el = t0.elapsed().as_secs_f64();
-            eprint!(
-                "\r\x1b[2K[{el:6.1}s] {done} done, {} in flight, {failed} errors, {:.1} req/s",
-                p.in_flight.load(Ordering::Relaxed),
-                if el > 0.0 { (done + failed) as f64 / el } else { 0.0 }
-            );
+            eprint!("\r\x1b[2K{}", c.progress.line(t0.elapsed().as_secs_f64()));
         }
     }))
 }
@@ -133,7 +124,7 @@ pub struct SweepArgs {
 /// The base benchmark of a sweep or search (no default directory per step: the command's).
 fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
     let mut b = a.to_benchmark()?;
-    b.output_dir = Some(a.output_dir.clone().unwrap_or_else(|| default_dir(kind)));
+    b.output_dir = Some(a.output_dir.clone().unwrap_or_else(|| RunDir::default_path(kind)));
     Ok(b)
 }
 
@@ -239,25 +230,11 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0.05)]
     alpha: f64,
     /// A baseline older than this is marked stale (e.g. 30d, 12h).
-    #[arg(long, default_value = "30d", value_parser = age_arg)]
+    #[arg(long, default_value = "30d", value_parser = crate::flags::duration_arg)]
     max_baseline_age: Duration,
     /// Refuse to compare runs whose workload or load settings differ.
     #[arg(long)]
     strict: bool,
-}
-
-fn age_arg(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?}: expected e.g. 30d, 12h, 90m or 60s");
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    let k = match unit {
-        "d" | "" => 86_400,
-        "h" => 3_600,
-        "m" => 60,
-        "s" => 1,
-        _ => return Err(bad()),
-    };
-    Ok(Duration::from_secs(n.saturating_mul(k)))
 }
 
 pub fn compare(a: &CompareArgs) -> Result<ExitCode> {
@@ -390,39 +367,11 @@ pub fn correctness(a: &CorrectnessArgs) -> Result<ExitCode> {
 /// `quetta-bench profiles`: the built-in profiles, and a file's.
 pub fn profiles(file: Option<&Path>) -> Result<ExitCode> {
     use quetta::workload::profiles;
-    println!("{:<24}{:>8}{:>8}  {:<62}{:<52}mode", "profile", "ISL", "OSL", "dataset", "arrival");
-    for p in profiles::builtin() {
-        let mode = match (p.source == profiles::Source::Synthetic, p.is_multiturn()) {
-            (true, _) => "single-turn",
-            (false, true) => "multi-turn",
-            (false, false) => "trace replay",
-        };
-        println!(
-            "{:<24}{:>8}{:>8}  {:<62}{:<52}{mode}",
-            p.name,
-            p.input_len,
-            p.output_len,
-            p.dataset(),
-            p.arrival()
-        );
-    }
-    let Some(f) = file else { return Ok(ExitCode::SUCCESS) };
-    for p in profiles::load_file(f)? {
-        let src = p.trace.as_deref().or(p.dataset.as_deref()).unwrap_or("synthetic");
-        let load = match (p.request_rate, p.concurrency) {
-            (Some(r), _) => format!("{r} req/s {}", p.arrival.as_deref().unwrap_or("poisson")),
-            (None, Some(c)) => format!("concurrency {c}"),
-            _ => "as given".into(),
-        };
-        let len = |v: Option<u32>| v.map_or("-".into(), |v| v.to_string());
-        println!(
-            "{:<24}{:>8}{:>8}  {src:<48}{load:<44}user ({})",
-            p.name,
-            len(p.input_len),
-            len(p.output_len),
-            f.display()
-        );
-    }
+    let user = match file {
+        Some(f) => profiles::load_file(f)?,
+        None => Vec::new(),
+    };
+    print!("{}", profiles::listing(&user, file));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -439,21 +388,7 @@ pub fn fit(
     std::fs::write(output, serde_json::to_string_pretty(&d)? + "\n")
         .with_context(|| format!("cannot write {}", output.display()))?;
     println!("fitted {} requests from {}", rows.len(), trace.display());
-    for (name, f) in [
-        ("input length", &d.input_len),
-        ("output length", &d.output_len),
-        ("inter-arrival (s)", &d.inter_arrival_s),
-    ] {
-        let fits: Vec<String> =
-            f.fits.iter().map(|x| format!("{} KS {:.3}", x.family, x.ks)).collect();
-        println!(
-            "  {name:<18} mean {:>10.3}  p50 {:>10.3}  p99 {:>10.3}  fits: {}",
-            f.mean,
-            f.quantiles[500],
-            f.quantiles[990],
-            fits.join(", ")
-        );
-    }
+    print!("{}", d.describe());
     println!("sampling uses the empirical quantiles; wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -16,17 +16,15 @@ pub fn duration_arg(s: &str) -> Result<Duration, String> {
 }
 
 pub fn positive_f64(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} must be a positive number")),
-    }
+    let v = s.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
+    v.ok_or_else(|| format!("{s:?} must be a positive number"))
 }
 
 pub fn positive_u64(s: &str) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(v) if v > 0 => Ok(v),
-        _ => Err(format!("{s:?} must be a positive whole number")),
-    }
+    s.parse::<u64>()
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| format!("{s:?} must be a positive whole number"))
 }
 
 fn positive_usize(s: &str) -> Result<usize, String> {
@@ -664,7 +662,8 @@ impl RunArgs {
         b.drain_timeout = self.drain_timeout;
         b.slos = self.slo.as_deref().map(str::parse).transpose().context("--slo")?;
         b.percentiles.clone_from(&self.percentiles);
-        b.output_dir = Some(self.output_dir.clone().unwrap_or_else(|| default_dir("run")));
+        b.output_dir =
+            Some(self.output_dir.clone().unwrap_or_else(|| quetta::RunDir::default_path("run")));
         b.overwrite = self.overwrite;
         b.sampling.temperature = self.temperature;
         b.sampling.top_p = self.top_p;
@@ -698,11 +697,4 @@ impl RunArgs {
         b.threads = self.threads;
         Ok(b)
     }
-}
-
-/// `quetta-results/KIND-TIMESTAMP-PID`: two commands never share one.
-pub fn default_dir(kind: &str) -> PathBuf {
-    let stamp: String =
-        quetta::report::now_rfc3339().chars().filter(char::is_ascii_alphanumeric).collect();
-    PathBuf::from("quetta-results").join(format!("{kind}-{stamp}-{}", std::process::id()))
 }

@@ -191,7 +191,16 @@ impl Transport {
         max_bytes: usize,
     ) -> Result<Fetched, EngineError> {
         let fut = async {
-            let resp = self.client.request(request).await.map_err(|e| connect_error(&e))?;
+            // A pooled connection the server closed as it was reused (after a redirect, say)
+            // took nothing: send once more on a new one, as `stream` does.
+            let spare = clone_request(&request);
+            let resp = match self.client.request(request).await {
+                Ok(r) => r,
+                Err(e) if is_stale(&e) => {
+                    self.client.request(spare).await.map_err(|e| connect_error(&e))?
+                }
+                Err(e) => return Err(connect_error(&e)),
+            };
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
             let body = Limited::new(resp.into_body(), max_bytes)
@@ -366,6 +375,17 @@ struct ResponseStream {
     error_headers: HeaderMap,
 }
 
+/// Whether a request failed on a pooled connection that had served a request before and
+/// was closed before any response byte: the server did not take it.
+fn is_stale(e: &hyper_util::client::legacy::Error) -> bool {
+    let reused = e.connect_info().is_some_and(|c| {
+        let mut x = http::Extensions::new();
+        c.get_extras(&mut x);
+        x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
+    });
+    reused && matches!(connect_error(e), EngineError::ConnectionClosed(_))
+}
+
 pub(crate) fn connect_error(e: &hyper_util::client::legacy::Error) -> EngineError {
     let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     while let Some(s) = src {
@@ -483,14 +503,9 @@ impl ResponseStream {
         // once more, on a new connection, as Go's net/http does.
         // Only a connection that had served a request before is ambiguous; a
         // new connection closed on us is the server's error.
-        let reused = e.connect_info().is_some_and(|c| {
-            let mut x = http::Extensions::new();
-            c.get_extras(&mut x);
-            x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
-        });
         // This future resolves at the response headers, so any closed
         // connection here happened before a response byte.
-        let stale = reused && matches!(err, EngineError::ConnectionClosed(_));
+        let stale = is_stale(e);
         match (stale, this.spare.take()) {
             (true, Some(req)) => {
                 this.retried_stale = true;

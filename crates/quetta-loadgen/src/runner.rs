@@ -61,6 +61,16 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// One line for a progress display, `elapsed_s` into the run: done, in flight, errors and
+    /// the rate of ended requests.
+    pub fn line(&self, elapsed_s: f64) -> String {
+        let (done, failed) =
+            (self.completed.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed));
+        let rate = if elapsed_s > 0.0 { (done + failed) as f64 / elapsed_s } else { 0.0 };
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        format!("[{elapsed_s:6.1}s] {done} done, {in_flight} in flight, {failed} errors, {rate:.1} req/s")
+    }
+
     /// A request has ended: deliver its observation and count it.
     pub(crate) fn account(&self, g: Guard) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);

@@ -128,7 +128,8 @@ pub enum SloError {
     Invalid { item: String, reason: String },
 }
 
-/// Parse a duration such as `500ms`, `1.5s`, `250us`, `2m`; a bare number is milliseconds.
+/// Parse a duration such as `500ms`, `1.5s`, `250us`, `2m`, `12h`, `30d`; a bare number is
+/// milliseconds.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) =
@@ -142,6 +143,8 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "ms" => v / 1e3,
         "s" => v,
         "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        "d" => v * 86_400.0,
         _ => return None,
     };
     Duration::try_from_secs_f64(secs).ok()

@@ -194,6 +194,14 @@ impl RunDir {
         Ok(Self { path })
     }
 
+    /// `quetta-results/KIND-TIMESTAMP-PID` (`run-20261201T101500Z-4242`): two commands never
+    /// share one, not even two started in the same second.
+    pub fn default_path(kind: &str) -> PathBuf {
+        let stamp: String =
+            crate::now_rfc3339().chars().filter(char::is_ascii_alphanumeric).collect();
+        PathBuf::from("quetta-results").join(format!("{kind}-{stamp}-{}", std::process::id()))
+    }
+
     /// An existing results directory.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, ReportError> {
         let path = path.into();

@@ -212,6 +212,32 @@ impl Distribution {
     }
 }
 
+impl Distribution {
+    /// What `quetta-bench workload fit` prints: per quantity its mean, p50 and p99 and the
+    /// parametric fits ranked by KS.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        for (name, f) in [
+            ("input length", &self.input_len),
+            ("output length", &self.output_len),
+            ("inter-arrival (s)", &self.inter_arrival_s),
+        ] {
+            let fits: Vec<String> =
+                f.fits.iter().map(|x| format!("{} KS {:.3}", x.family, x.ks)).collect();
+            let _ = writeln!(
+                s,
+                "  {name:<18} mean {:>10.3}  p50 {:>10.3}  p99 {:>10.3}  fits: {}",
+                f.mean,
+                f.quantiles[500],
+                f.quantiles[990],
+                fits.join(", ")
+            );
+        }
+        s
+    }
+}
+
 /// Synthetic requests whose lengths are drawn from a [`Distribution`].
 #[derive(Debug, Clone)]
 pub struct DistWorkload {

@@ -283,3 +283,47 @@ pub fn load_file(path: &Path) -> Result<Vec<UserProfile>, WorkloadError> {
     }
     Ok(f.profile)
 }
+
+/// The table `quetta-bench profiles` prints: the built-in profiles, then `user`'s (read from
+/// `file`).
+pub fn listing(user: &[UserProfile], file: Option<&Path>) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!(
+        "{:<24}{:>8}{:>8}  {:<62}{:<52}mode\n",
+        "profile", "ISL", "OSL", "dataset", "arrival"
+    );
+    for p in builtin() {
+        let mode = match (p.source == Source::Synthetic, p.is_multiturn()) {
+            (true, _) => "single-turn",
+            (false, true) => "multi-turn",
+            (false, false) => "trace replay",
+        };
+        let _ = writeln!(
+            s,
+            "{:<24}{:>8}{:>8}  {:<62}{:<52}{mode}",
+            p.name,
+            p.input_len,
+            p.output_len,
+            p.dataset(),
+            p.arrival()
+        );
+    }
+    for p in user {
+        let src = p.trace.as_deref().or(p.dataset.as_deref()).unwrap_or("synthetic");
+        let load = match (p.request_rate, p.concurrency) {
+            (Some(r), _) => format!("{r} req/s {}", p.arrival.as_deref().unwrap_or("poisson")),
+            (None, Some(c)) => format!("concurrency {c}"),
+            _ => "as given".into(),
+        };
+        let len = |v: Option<u32>| v.map_or("-".into(), |v| v.to_string());
+        let f = file.map(|f| f.display().to_string()).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{:<24}{:>8}{:>8}  {src:<48}{load:<44}user ({f})",
+            p.name,
+            len(p.input_len),
+            len(p.output_len)
+        );
+    }
+    s
+}

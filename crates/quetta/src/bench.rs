@@ -19,6 +19,15 @@ use crate::target::{Connected, Target};
 use crate::{Error, Load, Result};
 
 /// How a multi-turn workload's sessions behave beyond their pacing ([`Load`]).
+///
+/// ```
+/// use quetta::{SessionOptions, History};
+/// let mut o = SessionOptions::default();
+/// o.think = "exp:2s".parse().unwrap(); // exponential think times with a 2 s mean
+/// o.history = History::Recorded;       // earlier turns carry the dataset's replies
+/// o.count = Some(200);
+/// assert_eq!(o.think.to_string(), "exp:2000ms");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionOptions {
     /// The pause between a reply's end and the session's next turn.
@@ -32,6 +41,13 @@ pub struct SessionOptions {
 }
 
 /// What the server's side is asked about during the run.
+///
+/// ```
+/// use quetta::{Benchmark, Target, Telemetry};
+/// let mut b = Benchmark::new(Target::openai("http://127.0.0.1:8000"));
+/// b.telemetry = Telemetry { server_metrics: Some("auto".into()), gpu: true, ..Telemetry::default() };
+/// assert_eq!(b.telemetry.server_metrics_interval.as_secs(), 1);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Telemetry {
     /// Scrape this Prometheus endpoint during the run (`auto`: the target's `/metrics`).
@@ -125,6 +141,16 @@ pub struct Benchmark {
 
 /// What a benchmark produced: the typed summary (field names as in `summary.json`), the
 /// per-second series, and where the files went.
+///
+/// ```
+/// use quetta::{Benchmark, Target};
+/// // five requests against the embedded simulator; nothing is written
+/// let r = Benchmark::new(Target::simulator(Default::default())).requests(5).run_blocking()?;
+/// assert_eq!(r.summary.metrics.completed, 5);
+/// assert!(r.summary.metrics.ttft_ms.p50.unwrap() >= 20.0);
+/// assert!(r.dir.is_none());
+/// # Ok::<(), quetta::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct BenchReport {
     pub summary: Summary,

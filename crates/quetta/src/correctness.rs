@@ -129,6 +129,14 @@ impl Observer for Collect {
 }
 
 /// A correctness check of a target.
+///
+/// ```no_run
+/// # async fn demo() -> quetta::Result<()> {
+/// use quetta::correctness::Correctness;
+/// let r = Correctness::new(quetta::Target::openai("http://127.0.0.1:8000")).run().await?;
+/// println!("{} of {} answers wrong", r.mismatches, r.answered);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Correctness {
     pub target: Target,

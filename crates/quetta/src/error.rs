@@ -1,6 +1,16 @@
 //! The facade's one error type: every layer's errors, each with its own words.
 
 /// A benchmark, sweep, search or comparison could not be done.
+///
+/// ```
+/// use quetta::{Benchmark, Error, Target};
+/// let mut b = Benchmark::new(Target::simulator(Default::default()));
+/// b.percentiles = vec![150.0];
+/// match b.run_blocking() {
+///     Err(Error::Config(m)) => assert!(m.contains("between 0 and 100")),
+///     other => panic!("{other:?}"),
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

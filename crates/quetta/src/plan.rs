@@ -9,7 +9,12 @@ use quetta_workload::spec::BuiltWork;
 
 use crate::{Benchmark, Result};
 
-/// Lengths over the planned requests (the first 10,000).
+/// Lengths over the planned requests (the first 10,000); see [`Plan`].
+///
+/// ```
+/// let s = quetta::LengthStats { mean: 10.0, min: 8.0, p50: 10.0, p99: 12.0, max: 12.0 };
+/// assert_eq!(s.to_string(), "mean 10.0, min 8, p50 10, p99 12, max 12");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LengthStats {
     pub mean: f64,
@@ -47,6 +52,16 @@ impl fmt::Display for LengthStats {
 }
 
 /// The sessions a dry run would start.
+///
+/// ```
+/// # let rt = tokio::runtime::Runtime::new().unwrap();
+/// use quetta::{Benchmark, Target, WorkloadSpec};
+/// let b = Benchmark::new(Target::openai("http://127.0.0.1:9")).workload(WorkloadSpec::profile("mtbench-2turn"));
+/// let plan = rt.block_on(b.plan())?;
+/// let s = plan.sessions.unwrap();
+/// assert_eq!((s.sessions, s.turns), (80, 160), "each of the 80 questions once, two turns each");
+/// # Ok::<(), quetta::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionPlan {
     pub pacing: String,
@@ -58,7 +73,19 @@ pub struct SessionPlan {
     pub first: Vec<(String, usize, Vec<u32>)>,
 }
 
-/// What a benchmark would do.
+/// What a benchmark would do: [`Benchmark::plan`], from the schedule and workload the run
+/// would use. Nothing is sent (the target is not contacted) and nothing is written.
+///
+/// ```
+/// # let rt = tokio::runtime::Runtime::new().unwrap();
+/// use quetta::{Benchmark, Load, Target};
+/// let b = Benchmark::new(Target::openai("http://127.0.0.1:9")).load(Load::constant(10.0)).requests(20);
+/// let plan = rt.block_on(b.plan())?;
+/// let o = plan.offsets.unwrap();
+/// assert_eq!(o.len(), 20);
+/// assert_eq!(o[19].as_millis(), 1900, "constant arrivals 100 ms apart");
+/// # Ok::<(), quetta::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     /// The load in words.

@@ -13,9 +13,23 @@ use crate::target::Connected;
 use crate::{BenchReport, Benchmark, Error, Load, Result};
 
 /// Called with a line before each step (`sweep step 2/5: concurrency 4`).
+///
+/// ```
+/// let say: quetta::OnStep = std::sync::Arc::new(|line: &str| eprintln!("{line}"));
+/// let mut s = quetta::Sweep::concurrencies(quetta::Benchmark::new(quetta::Target::simulator(Default::default())), vec![1, 2]);
+/// s.on_step = Some(say);
+/// ```
 pub type OnStep = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The steps of a sweep.
+///
+/// ```
+/// use quetta::{Benchmark, Steps, Sweep, Target};
+/// let s = Sweep::pow2(Benchmark::new(Target::openai("http://127.0.0.1:8000")), 32);
+/// assert_eq!(s.steps, Steps::Concurrencies(vec![1, 2, 4, 8, 16, 32]));
+/// let auto = Sweep::new(s.base, Steps::AutoRates { concurrency: 64, steps: 5 });
+/// # let _ = auto;
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Steps {
@@ -200,6 +214,12 @@ impl Sweep {
 }
 
 /// What an SLO search varies.
+///
+/// ```
+/// use quetta::{Benchmark, SearchOver, SloSearch, Target};
+/// let mut s = SloSearch::new(Benchmark::new(Target::openai("http://127.0.0.1:8000")), "ttft:p99<500ms".parse().unwrap());
+/// s.over = SearchOver::Concurrency;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SearchOver {
@@ -211,6 +231,15 @@ pub enum SearchOver {
 
 /// The highest request rate (or concurrency) meeting run-level objectives: double from
 /// `start` until a probe fails (or `max`), then bisect to `tolerance`.
+///
+/// ```no_run
+/// # async fn demo() -> quetta::Result<()> {
+/// use quetta::{Benchmark, Load, SloSearch, Target};
+/// let base = Benchmark::new(Target::openai("http://127.0.0.1:8000")).load(Load::constant(1.0));
+/// let r = SloSearch::new(base, "ttft:p99<500ms,tpot:p99<40ms".parse()?).run().await?;
+/// println!("{:?} req/s meets both", r.answer);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct SloSearch {
     pub base: Benchmark,

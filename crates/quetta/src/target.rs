@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quetta_engine::{Engine, Timeouts};
+#[cfg(any(feature = "sagemaker", feature = "vertex"))]
 use quetta_http::TransportConfig;
 use quetta_openai::{
     list_models, ApiKey, LiteLlmConfig, LiteLlmEngine, OpenAiConfig, OpenAiEngine,
@@ -17,6 +18,14 @@ pub use quetta_openai::Api;
 use crate::{Error, Result};
 
 /// What kind of endpoint a [`Target`] is.
+///
+/// ```
+/// use quetta::{Target, TargetKind};
+/// match Target::litellm("http://127.0.0.1:4000").kind {
+///     TargetKind::LiteLlm { base_url } => assert_eq!(base_url, "http://127.0.0.1:4000"),
+///     _ => unreachable!(),
+/// }
+/// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum TargetKind {
@@ -216,6 +225,7 @@ impl Target {
         }
     }
 
+    #[cfg(any(feature = "sagemaker", feature = "vertex"))]
     fn transport(&self) -> TransportConfig {
         TransportConfig {
             insecure: self.insecure,
@@ -421,6 +431,14 @@ impl Target {
 /// A target, connected: the engine every request goes through, what it is, and (for the
 /// embedded simulator) the simulator it keeps running. Cheap to clone; every clone shares
 /// one engine (one connection pool) and one simulator.
+///
+/// ```
+/// # let rt = tokio::runtime::Runtime::new().unwrap();
+/// let c = rt.block_on(quetta::Target::simulator(Default::default()).connect())?;
+/// assert!(c.embedded_simulator);
+/// assert_eq!((c.backend.as_str(), c.endpoint()), ("openai-chat", "chat"));
+/// # Ok::<(), quetta::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Connected {
     pub engine: Arc<dyn Engine>,
