@@ -219,6 +219,14 @@ mod tests {
         assert!((e / (500.0 * r.window_s) - 1.0).abs() < 0.1, "{e} J over {} s", r.window_s);
         let lines = std::fs::read_to_string(&series).unwrap();
         assert_eq!(lines.lines().count() as u64, r.devices[0].samples * 2);
+        // every line as docs/schema/gpu.schema.json pins it
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../../docs/schema/gpu.schema.json")).unwrap();
+        let v = jsonschema::validator_for(&schema).unwrap();
+        for l in lines.lines() {
+            let line: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert!(v.is_valid(&line), "{line}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -43,6 +43,9 @@ pub mod schema {
     pub const COMPARE: &str = include_str!("../../../docs/schema/compare.schema.json");
     pub const CORRECTNESS: &str = include_str!("../../../docs/schema/correctness.schema.json");
     pub const VLLM: &str = include_str!("../../../docs/schema/vllm_result.schema.json");
+    pub const SERVER_METRICS: &str =
+        include_str!("../../../docs/schema/server_metrics.schema.json");
+    pub const GPU: &str = include_str!("../../../docs/schema/gpu.schema.json");
 }
 
 /// One wrong answer of a correctness check.

@@ -161,6 +161,16 @@ pub struct Summary {
     pub aggregate: Aggregate,
 }
 
+/// The run-level numbers read as the summary's own fields, as in `summary.json` (where they
+/// are flattened): `summary.completed`, `summary.ttft_ms.p50`.
+impl std::ops::Deref for Summary {
+    type Target = MetricsSummary;
+
+    fn deref(&self) -> &MetricsSummary {
+        &self.metrics
+    }
+}
+
 /// How the sessions of a multi-turn run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionsSummary {

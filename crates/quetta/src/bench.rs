@@ -84,7 +84,7 @@ impl Default for Telemetry {
 ///     .output_dir("results/run-1")
 ///     .run()
 ///     .await?;
-/// println!("TTFT p99 {:?} ms", report.summary.metrics.ttft_ms.p99);
+/// println!("TTFT p99 {:?} ms", report.summary.ttft_ms.p99);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -146,8 +146,8 @@ pub struct Benchmark {
 /// use quetta::{Benchmark, Target};
 /// // five requests against the embedded simulator; nothing is written
 /// let r = Benchmark::new(Target::simulator(Default::default())).requests(5).run_blocking()?;
-/// assert_eq!(r.summary.metrics.completed, 5);
-/// assert!(r.summary.metrics.ttft_ms.p50.unwrap() >= 20.0);
+/// assert_eq!(r.summary.completed, 5);
+/// assert!(r.summary.ttft_ms.p50.unwrap() >= 20.0);
 /// assert!(r.dir.is_none());
 /// # Ok::<(), quetta::Error>(())
 /// ```

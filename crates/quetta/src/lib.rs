@@ -25,7 +25,7 @@
 //! # fn main() -> quetta::Result<()> {
 //! // 100 requests at 16 in flight against the embedded simulator (no server needed)
 //! let report = Benchmark::new(Target::simulator(Default::default())).run_blocking()?;
-//! println!("TTFT p99 {:?} ms", report.summary.metrics.ttft_ms.p99);
+//! println!("TTFT p99 {:?} ms", report.summary.ttft_ms.p99);
 //!
 //! // the same at 1, 2 and 4 in flight, on one simulator and one connection pool
 //! let base = Benchmark::new(Target::simulator(Default::default())).requests(50);

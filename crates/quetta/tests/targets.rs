@@ -173,12 +173,24 @@ fn the_servers_own_metrics_and_gpu_telemetry_during_a_run() {
     assert_eq!(sm.deltas["generation_tokens"].delta, s.metrics.total_output_tokens as f64);
     assert_eq!(sm.deltas["prompt_tokens"].delta, s.metrics.total_input_tokens as f64);
     assert_eq!(sm.deltas["ttft_s"].count, Some(30.0));
-    let series = std::fs::read_to_string(d.join("server_metrics.jsonl")).unwrap();
-    assert_eq!(series.lines().count() as u64, sm.scrapes);
+    let series = common::lines(&d.join("server_metrics.jsonl"));
+    assert_eq!(series.len() as u64, sm.scrapes);
+    for (i, l) in series.iter().enumerate() {
+        common::validate(
+            quetta::report::schema::SERVER_METRICS,
+            l,
+            &format!("server_metrics.jsonl line {}", i + 1),
+        );
+    }
     // GPU telemetry: a clean one-line note here (no driver); a report where there is one
     match &s.gpu {
         None => assert!(s.notes.iter().any(|n| n.contains("no NVIDIA driver")), "{:?}", s.notes),
-        Some(g) => assert!(g.energy_per_output_token_j.is_some()),
+        Some(g) => {
+            assert!(g.energy_per_output_token_j.is_some());
+            for l in common::lines(&d.join("gpu.jsonl")) {
+                common::validate(quetta::report::schema::GPU, &l, "gpu.jsonl line");
+            }
+        }
     }
     validate_run_dir(&d);
     // a metrics URL nobody answers: the run goes on and says so

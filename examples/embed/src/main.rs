@@ -49,7 +49,7 @@ fn main() -> quetta::Result<()> {
         .requests(40);
 
     let one = base.clone().load(Load::closed(2)).run_blocking()?;
-    let m = &one.summary.metrics;
+    let m = &one.summary; // its fields as in summary.json
     println!(
         "{} requests, TTFT p50 {:?} ms, p99 {:?} ms",
         m.completed, m.ttft_ms.p50, m.ttft_ms.p99
