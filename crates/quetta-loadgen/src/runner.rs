@@ -83,6 +83,13 @@ impl Progress {
 }
 
 /// Controls a running run: `stop` ends sending (Ctrl-C) and lets requests in flight drain.
+///
+/// ```
+/// let c = quetta_loadgen::RunControl::new();
+/// c.stop(); // e.g. from a Ctrl-C handler: no new requests, those in flight drain
+/// assert!(c.stopped());
+/// assert!(c.progress.line(1.0).contains("0 done"));
+/// ```
 #[derive(Debug)]
 pub struct RunControl {
     stop: AtomicBool,

@@ -44,6 +44,11 @@ pub enum Pacing {
 }
 
 /// The pause between a reply's end and the session's next turn.
+///
+/// ```
+/// let t: quetta_loadgen::ThinkTime = "uniform:500ms-3s".parse().unwrap();
+/// assert_eq!(t.to_string(), "uniform:500ms-3000ms");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ThinkTime {
@@ -128,6 +133,10 @@ impl std::fmt::Display for ThinkTime {
 }
 
 /// Which reply earlier turns carry in the history.
+///
+/// ```
+/// assert_eq!(quetta_loadgen::History::default(), quetta_loadgen::History::Engine);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum History {

@@ -266,6 +266,11 @@ pub fn percentile_key(p: f64) -> String {
 }
 
 /// Summary statistics of one metric, in milliseconds. Fields are `null` without samples.
+///
+/// ```
+/// let s = quetta_metrics::Aggregate::default().summary(&[]);
+/// assert_eq!((s.ttft_ms.count, s.ttft_ms.p99), (0, None));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub count: u64,

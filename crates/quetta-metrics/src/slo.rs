@@ -117,6 +117,12 @@ impl fmt::Display for Slo {
 }
 
 /// A set of objectives, per request and run-level mixed.
+///
+/// ```
+/// let s: quetta_metrics::SloSet = "ttft:500ms,tpot:p99<40ms".parse().unwrap();
+/// assert!(s.has_per_request());
+/// assert_eq!(s.run_level().count(), 1);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SloSet(pub Vec<Slo>);
 

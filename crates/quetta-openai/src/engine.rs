@@ -13,6 +13,12 @@ use crate::decode::{excerpt, ChunkDecoder};
 use quetta_http::{BuildError, SseBody, StatusErrorFn, StreamOptions, Transport, TransportConfig};
 
 /// Which OpenAI API the adapter speaks.
+///
+/// ```
+/// use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
+/// let e = OpenAiEngine::new(OpenAiConfig::new("http://127.0.0.1:8000", Api::Completions, "m")).unwrap();
+/// assert_eq!(quetta_engine::Engine::name(&e), "openai-completions");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
     /// `/v1/chat/completions`

@@ -13,6 +13,11 @@ use crate::dir::{ReportError, RunDir};
 use crate::summary::{RunSettings, Summary};
 
 /// How two runs are compared.
+///
+/// ```
+/// let o = quetta_report::CompareOptions { fail_on_regression: Some(0.05), ..Default::default() };
+/// assert_eq!((o.alpha, o.resamples), (0.05, 1000));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompareOptions {
     /// Significance level of the tests.
@@ -71,6 +76,15 @@ pub struct MetricComparison {
 }
 
 /// `compare.json` (written into the candidate's directory).
+///
+/// ```no_run
+/// use quetta_report::{compare, CompareOptions, RunDir};
+/// let (a, b) = (RunDir::open("results/base")?, RunDir::open("results/new")?);
+/// let r = compare(&a, &b, &CompareOptions { fail_on_regression: Some(0.05), ..Default::default() })?;
+/// print!("{}", r.render());
+/// std::process::exit(i32::from(r.failed()));
+/// # Ok::<(), quetta_report::ReportError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompareReport {
     pub baseline: String,

@@ -112,6 +112,18 @@ pub mod files {
 }
 
 /// A results directory.
+///
+/// ```
+/// use quetta_report::{files, RunDir};
+/// let path = std::env::temp_dir().join(format!("rundir-doc-{}", std::process::id()));
+/// let d = RunDir::create(&path, false)?;
+/// std::fs::write(d.file(files::REQUESTS), "")?;
+/// assert!(RunDir::create(&path, false).is_err(), "a directory holding a run is refused");
+/// let d = RunDir::create(&path, true)?; // overwrite: Quetta's own files are removed
+/// assert!(!d.file(files::REQUESTS).exists());
+/// # std::fs::remove_dir_all(&path)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDir {
     path: PathBuf,

@@ -123,6 +123,13 @@ pub fn parquet(run: &RunDir, out: &Path) -> Result<usize, ReportError> {
 /// The result JSON `vllm bench serve --save-result --save-detailed` writes: its field names,
 /// Quetta's values (per-request lists in request order; failed requests have 0 for their
 /// TTFT and no ITLs, as vLLM writes them). Times in seconds in the lists, ms in the stats.
+///
+/// ```no_run
+/// let d = quetta_report::RunDir::open("results/run-1")?;
+/// let v = quetta_report::export::vllm(&d)?;
+/// d.write_vllm(&v, &d.file(quetta_report::files::VLLM))?;
+/// # Ok::<(), quetta_report::ReportError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VllmResult {
     /// `YYYYMMDD-HHMMSS`, as vLLM names its result files.

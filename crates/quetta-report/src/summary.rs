@@ -114,7 +114,14 @@ impl Target {
 
 pub use quetta_metrics::{ClientStats, Host};
 
-/// `summary.json`.
+/// `summary.json`: its run-level numbers (`completed`, `ttft_ms`, ...) are [`MetricsSummary`]'s,
+/// read through `Deref` as the file flattens them.
+///
+/// ```no_run
+/// let s = quetta_report::RunDir::open("results/run-1")?.read_summary()?;
+/// println!("{} of {:?} planned completed, TTFT p99 {:?} ms", s.completed, s.planned, s.ttft_ms.p99);
+/// # Ok::<(), quetta_report::ReportError>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub schema_version: u32,

@@ -31,6 +31,11 @@ impl SweepKind {
 }
 
 /// One step of a sweep: the figures of its run (which is a whole run in `dir`).
+///
+/// ```
+/// let s = quetta_report::SweepStep { concurrency: Some(8.0), request_throughput: 41.5, ..Default::default() };
+/// assert_eq!((s.value(), s.column("request_throughput")), (8.0, Some(41.5)));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SweepStep {
     /// The step's concurrency (concurrency sweeps).
@@ -121,6 +126,14 @@ impl SweepStep {
 }
 
 /// `sweep.json`.
+///
+/// ```
+/// use quetta_report::{SweepKind, SweepReport, SweepStep};
+/// let step = |c: f64, t: f64| SweepStep { concurrency: Some(c), request_throughput: t, ..Default::default() };
+/// let r = SweepReport::new(SweepKind::Concurrency, vec![step(1.0, 10.0), step(4.0, 30.0)], false, vec![]);
+/// assert_eq!(r.peak.as_ref().unwrap().concurrency, Some(4.0));
+/// assert!(r.table().contains("req/s"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub schema_version: u32,
@@ -217,6 +230,12 @@ pub struct SloProbe {
 }
 
 /// `slo.json`.
+///
+/// ```no_run
+/// let r = quetta_report::RunDir::open("results/slo-1")?.read_slo()?;
+/// println!("{:?} {} meets {}", r.answer, r.search, r.objectives);
+/// # Ok::<(), quetta_report::ReportError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SloReport {
     pub schema_version: u32,

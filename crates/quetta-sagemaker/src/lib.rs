@@ -61,6 +61,13 @@ impl std::fmt::Debug for CredentialSource {
 }
 
 /// Configuration of a [`SageMakerEngine`].
+///
+/// ```
+/// let mut c = quetta_sagemaker::SageMakerConfig::new("my-llm");
+/// c.region = Some("us-east-1".into());
+/// c.inference_component = Some("ic-1".into());
+/// assert_eq!(c.payload, quetta_sagemaker::Payload::OpenAi);
+/// ```
 #[derive(Debug, Clone)]
 pub struct SageMakerConfig {
     /// The endpoint's name.

@@ -13,6 +13,11 @@ use quetta_http::BodyDecoder;
 use serde_json::{json, Map, Value};
 
 /// The request and response format the endpoint's container speaks.
+///
+/// ```
+/// let p = quetta_sagemaker::Payload::JumpStart;
+/// assert_ne!(p, quetta_sagemaker::Payload::OpenAi);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Payload {

@@ -53,6 +53,13 @@ pub enum OutputLen {
 }
 
 /// Simulator settings.
+///
+/// ```
+/// use std::time::Duration;
+/// let cfg = quetta_sim::SimConfig { ttft: Duration::from_millis(50), max_running: Some(4), ..Default::default() };
+/// let sim = quetta_sim::Simulator::start(cfg).unwrap();
+/// assert!(sim.base_url().starts_with("http://127.0.0.1:"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// Address to bind; port 0 picks an ephemeral port.

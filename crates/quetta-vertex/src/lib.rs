@@ -34,6 +34,11 @@ pub use auth::{AuthError, Source};
 pub use gemini::GeminiDecoder;
 
 /// Which Vertex AI API to call.
+///
+/// ```
+/// let mut c = quetta_vertex::VertexConfig::new("my-project", "us-central1", "gemini-2.0-flash-001");
+/// c.api = quetta_vertex::VertexApi::OpenAi;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum VertexApi {
@@ -43,6 +48,11 @@ pub enum VertexApi {
 }
 
 /// Configuration of a [`VertexEngine`].
+///
+/// ```
+/// let c = quetta_vertex::VertexConfig::new("my-project", "global", "gemini-2.0-flash-001");
+/// assert_eq!(c.api, quetta_vertex::VertexApi::Gemini);
+/// ```
 #[derive(Debug, Clone)]
 pub struct VertexConfig {
     pub project: String,

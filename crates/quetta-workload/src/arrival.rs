@@ -12,6 +12,12 @@ use rand_distr::{Distribution, Gamma};
 use crate::WorkloadError;
 
 /// How inter-arrival gaps are drawn.
+///
+/// ```
+/// use quetta_workload::arrival::{Arrival, Schedule};
+/// let t = Schedule::new(Arrival::Constant, 4.0, 0).unwrap().take_n(3);
+/// assert_eq!(t.iter().map(|d| d.as_millis()).collect::<Vec<_>>(), [0, 250, 500]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum Arrival {

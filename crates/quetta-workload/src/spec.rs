@@ -98,6 +98,15 @@ pub struct Vision {
 
 /// Everything a benchmark can send, as data. Every field is public; the constructors fill
 /// in the defaults `quetta-bench run` uses.
+///
+/// ```
+/// use quetta_workload::spec::{Limits, WorkloadSpec};
+/// let mut spec = WorkloadSpec::profile("chat-short");
+/// spec.output_len = Some(64); // the spec's own fields win over the profile's
+/// let b = spec.build(&Limits::default())?;
+/// assert_eq!((b.input_len, b.output_len), (256, 64));
+/// # Ok::<(), quetta_workload::WorkloadError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkloadSpec {
     pub source: Source,
