@@ -59,7 +59,7 @@ struct Args {
     nice: i32,
     /// Inject a fault (repeatable; the first matching rule applies): KIND, KIND@N (every Nth
     /// request) or KIND:P (probability P). Kinds: http429, http500, http503,
-    /// reset-before-headers, reset-after-headers, reset-mid-stream, stall=SECONDS, slow-drip,
+    /// reset-before-headers, reset-after-headers, reset-mid-stream, stall=SECONDS, linger=SECONDS, slow-drip,
     /// bad-json, invalid-utf8, huge-event, no-done, no-usage, error-event.
     #[arg(long = "fault")]
     faults: Vec<quetta_sim::faults::FaultRule>,

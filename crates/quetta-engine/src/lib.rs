@@ -8,7 +8,11 @@
 //!
 //! Invariants an implementation must keep (the load generator and the metrics rely on them):
 //! - a stream yields at most one `Headers`, at most one `FirstByte`, and ends with exactly one
-//!   terminal event: [`EventKind::End`] or [`EventKind::Error`]; nothing follows it;
+//!   terminal event: [`EventKind::End`] or [`EventKind::Error`]; no event follows it;
+//! - the terminal event goes out as soon as the answer is complete (or failed). A consumer
+//!   may poll on until the stream returns `None`, and an adapter may use those polls to
+//!   finish its connection (an HTTP body read to its end, so the connection is reused);
+//!   it must then return `None` within a bounded time;
 //! - timestamps never decrease along a stream;
 //! - an event's timestamp is the arrival time of the frame that completed it.
 //!
@@ -21,8 +25,8 @@
 //! - constructors ([`Usage::tokens`], [`Delta::text`], [`TimedEvent::new`], ...) so that new
 //!   fields do not break adapters; the structs that may grow are `#[non_exhaustive]`;
 //! - timeouts: [`Timeouts`] are applied by the load generator around any engine (a stream
-//!   that goes silent is ended with [`EngineError::Timeout`]); an HTTP adapter only adds the
-//!   connect phase, which only it can see.
+//!   that goes silent is ended with [`EngineError::Timeout`]); the connect limit is an
+//!   HTTP adapter's own setting, the one phase only it can see.
 //!
 //! See `examples/echo_engine.rs` for a custom adapter written against this crate alone.
 
@@ -356,11 +360,11 @@ impl EventKind {
 pub enum TimeoutPhase {
     /// Establishing the TCP (and TLS) connection.
     Connect,
-    /// From send to the response headers / first byte.
+    /// From send to the first event of the answer (its response headers).
     FirstByte,
     /// From send to the first generated token.
     FirstToken,
-    /// Between two consecutive body frames.
+    /// Between two consecutive events, once the answer started.
     Idle,
     /// The whole request.
     Total,
@@ -378,10 +382,11 @@ impl fmt::Display for TimeoutPhase {
     }
 }
 
-/// Per-phase time limits an adapter enforces. `None` means no limit.
+/// Per-phase time limits of a request, applied by the load generator around any engine
+/// (`quetta_loadgen::WithTimeouts`). `None` means no limit. The connect limit is not here:
+/// it is an HTTP adapter's own setting (`connect_timeout`), the one phase only it sees.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Timeouts {
-    pub connect: Option<Duration>,
     pub first_byte: Option<Duration>,
     pub first_token: Option<Duration>,
     pub idle: Option<Duration>,

@@ -1,8 +1,10 @@
 //! The HTTP transport every HTTP adapter shares: a pooled hyper client over the timed
 //! connector (TCP and TLS timings, connection reuse), and one response state machine that
 //! stamps each body frame with [`Instant::now`] the moment hyper hands it over, before any
-//! parsing, enforces the per-phase timeouts, resends once on a stale pooled connection and
-//! drains the body after the end marker so the connection can be reused.
+//! parsing, resends once on a stale pooled connection, ends the stream at the end marker
+//! and, when polled on after it, drains the rest of the body so the connection can be
+//! reused. Per-phase timeouts are not the transport's: the runner applies them around any
+//! engine (`quetta_loadgen::WithTimeouts`); the connect limit is [`TransportConfig`]'s.
 //!
 //! What differs between backends is only how the body is framed and decoded: a
 //! [`BodyDecoder`] turns body bytes into events (OpenAI SSE, Gemini SSE, the AWS event
@@ -26,7 +28,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use quetta_engine::{EngineError, EventKind, EventStream, TimedEvent, TimeoutPhase, Timeouts};
+use quetta_engine::{EngineError, EventKind, EventStream, TimedEvent, TimeoutPhase};
 use tokio::time::Sleep;
 
 use crate::connect::{ConnMeta, ConnectError, TimedConnector};
@@ -90,7 +92,6 @@ pub type StatusErrorFn = Arc<dyn Fn(&ErrorAnswer<'_>) -> EngineError + Send + Sy
 pub struct StreamOptions {
     /// Whether the response is a stream of events (else one body decoded at its end).
     pub streaming: bool,
-    pub timeouts: Timeouts,
     /// Response headers to copy into the `Headers` event (lower-case names, or prefixes
     /// ending in `*`); shared by every request of an engine.
     pub record_headers: Arc<[String]>,
@@ -102,7 +103,6 @@ impl std::fmt::Debug for StreamOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamOptions")
             .field("streaming", &self.streaming)
-            .field("timeouts", &self.timeouts)
             .field("record_headers", &self.record_headers)
             .field("status_error", &self.status_error.as_ref().map(|_| "custom"))
             .finish()
@@ -159,14 +159,10 @@ impl Transport {
                 Ok(r) => State::Start(r),
                 Err(e) => State::Failed(Some(e)),
             },
-            timeouts: opts.timeouts,
             sleep: None,
-            deadline: None,
             sent: Instant::now(),
-            last_frame: Instant::now(),
             arrivals: None,
             last_stamp: Instant::now(),
-            first_token_seen: false,
             frame: 0,
             body,
             pending: VecDeque::with_capacity(4),
@@ -174,7 +170,6 @@ impl Transport {
             body_buf: Vec::new(),
             status: 200,
             retry_after: None,
-            end: None,
             finished: false,
             record_headers: opts.record_headers.clone(),
             status_error: opts.status_error.clone(),
@@ -338,8 +333,8 @@ enum State {
 
 const MAX_FULL_BODY: usize = 64 << 20;
 const MAX_ERROR_BODY: usize = 4096;
-/// How long to wait for the end of the body after `[DONE]` (so the connection can be
-/// reused) before giving up on it; the `End` event keeps the `[DONE]` frame's time.
+/// How long a consumer polling on after the `End` event waits for the rest of the body
+/// (so the connection can be reused) before the connection is given up.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 struct ResponseStream {
@@ -348,17 +343,14 @@ struct ResponseStream {
     spare: Option<Request<Full<Bytes>>>,
     retried_stale: bool,
     state: State,
-    timeouts: Timeouts,
+    /// The drain's limit (after `End`).
     sleep: Option<Pin<Box<Sleep>>>,
-    deadline: Option<(Instant, TimeoutPhase)>,
     sent: Instant,
-    last_frame: Instant,
     /// The connection's read arrivals (HTTP/1.1), to stamp frames by when their bytes
     /// arrived rather than when this task got to them.
     arrivals: Option<ConnMeta>,
     /// The last frame's stamp (stamps never go backwards).
     last_stamp: Instant,
-    first_token_seen: bool,
     frame: u64,
     body: Box<dyn BodyDecoder>,
     pending: VecDeque<TimedEvent>,
@@ -366,8 +358,6 @@ struct ResponseStream {
     body_buf: Vec<u8>,
     status: u16,
     retry_after: Option<String>,
-    /// The `End` event, held back while the body drains.
-    end: Option<TimedEvent>,
     finished: bool,
     record_headers: Arc<[String]>,
     status_error: Option<StatusErrorFn>,
@@ -478,7 +468,6 @@ impl ResponseStream {
         this.status = status;
         this.retry_after =
             resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        this.last_frame = now;
         if !(200..300).contains(&status) {
             this.error_headers = resp.headers().clone();
         }
@@ -489,7 +478,6 @@ impl ResponseStream {
         let body = resp.into_body();
         this.state =
             if (200..300).contains(&status) { State::Body(body) } else { State::ErrorBody(body) };
-        this.arm();
     }
 
     /// The request failed before a response: resend it once on a new connection when a
@@ -525,63 +513,12 @@ impl ResponseStream {
         self.finished = true;
     }
 
-    /// Recompute the nearest deadline of the current phase; reset the timer if it moved.
-    fn arm(&mut self) {
-        let t = &self.timeouts;
-        let mut best: Option<(Instant, TimeoutPhase)> = None;
-        let mut consider = |d: Option<Duration>, from: Instant, phase: TimeoutPhase| {
-            if let Some(d) = d {
-                let at = from + d;
-                if best.is_none_or(|(b, _)| at < b) {
-                    best = Some((at, phase));
-                }
-            }
-        };
-        consider(t.total, self.sent, TimeoutPhase::Total);
-        match self.state {
-            State::Waiting(_) => consider(t.first_byte, self.sent, TimeoutPhase::FirstByte),
-            State::Body(_) | State::ErrorBody(_) => {
-                consider(t.idle, self.last_frame, TimeoutPhase::Idle);
-            }
-            State::Draining(_) => {
-                let grace = t.idle.map_or(DRAIN_GRACE, |i| i.min(DRAIN_GRACE));
-                consider(Some(grace), self.last_frame, TimeoutPhase::Idle);
-            }
-            _ => {}
-        }
-        if !self.first_token_seen && matches!(self.state, State::Waiting(_) | State::Body(_)) {
-            consider(t.first_token, self.sent, TimeoutPhase::FirstToken);
-        }
-        if best.map(|b| b.0) == self.deadline.map(|d| d.0) {
-            self.deadline = best;
-            return;
-        }
-        self.deadline = best;
-        match (best, self.sleep.as_mut()) {
-            (Some((at, _)), Some(s)) => s.as_mut().reset(at.into()),
-            (Some((at, _)), None) => {
-                self.sleep = Some(Box::pin(tokio::time::sleep_until(at.into())));
-            }
-            (None, _) => {}
-        }
-    }
-
-    /// Poll the timer; on expiry, fail with the phase's timeout.
-    fn poll_timeout(&mut self, cx: &mut Context<'_>) -> bool {
-        let (Some(s), Some((_, phase))) = (self.sleep.as_mut(), self.deadline) else {
-            return false;
-        };
+    /// The drain's limit ran out: give the connection up (the answer was complete).
+    fn drain_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(s) = self.sleep.as_mut() else { return false };
         if s.as_mut().poll(cx).is_ready() {
-            if matches!(self.state, State::Draining(_)) {
-                // The answer is complete; only the connection's tail is missing.
-                self.state = State::Done;
-                self.finished = true;
-                if let Some(end) = self.end.take() {
-                    self.pending.push_back(end);
-                }
-            } else {
-                self.fail(Instant::now(), EngineError::Timeout(phase));
-            }
+            self.state = State::Done;
+            self.finished = true;
             return true;
         }
         false
@@ -617,25 +554,27 @@ impl ResponseStream {
             return;
         }
         let frame = self.frame;
-        let Self { body, pending, first_token_seen, .. } = self;
+        let Self { body, pending, .. } = self;
         let r = body.on_data(data, &mut |kind: EventKind| {
-            if kind.is_token() {
-                *first_token_seen = true;
-            }
             pending.push_back(TimedEvent { at, frame, kind });
         });
         if let Err(e) = r {
             self.fail(at, e);
         } else if self.body.is_done() {
-            self.end = Some(TimedEvent {
+            // The answer is complete: `End` now, with the end marker's stamp. The rest of
+            // the body is drained only if the consumer polls on (so the connection can be
+            // reused), within the drain grace.
+            let fr = self.body.finish_reason();
+            self.pending.push_back(TimedEvent {
                 at,
                 frame,
-                kind: EventKind::End { finish_reason: self.body.finish_reason(), streamed: true },
+                kind: EventKind::End { finish_reason: fr, streamed: true },
             });
             let State::Body(body) = std::mem::replace(&mut self.state, State::Done) else {
                 unreachable!("on_data is only called while reading the body")
             };
             self.state = State::Draining(body);
+            self.sleep = Some(Box::pin(tokio::time::sleep(DRAIN_GRACE)));
         }
     }
 
@@ -677,7 +616,6 @@ impl Stream for ResponseStream {
                     };
                     this.sent = Instant::now();
                     this.state = State::Waiting(this.client.request(req));
-                    this.arm();
                 }
                 State::Failed(e) => {
                     let e = e.take().unwrap_or(EngineError::Cancelled);
@@ -686,23 +624,15 @@ impl Stream for ResponseStream {
                 State::Waiting(fut) => match Pin::new(fut).poll(cx) {
                     Poll::Ready(Ok(resp)) => this.on_response(resp),
                     Poll::Ready(Err(e)) => this.on_request_error(&e),
-                    Poll::Pending => {
-                        if !this.poll_timeout(cx) {
-                            return Poll::Pending;
-                        }
-                    }
+                    Poll::Pending => return Poll::Pending,
                 },
                 State::Body(body) => match Pin::new(body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         let now = Instant::now(); // before any parsing
-                        this.last_frame = now;
                         let at = this.arrival_stamp(now);
                         if let Ok(data) = frame.into_data() {
                             this.on_data(at, &data);
                             this.frame += 1;
-                        }
-                        if !this.finished {
-                            this.arm();
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {
@@ -710,11 +640,7 @@ impl Stream for ResponseStream {
                         this.fail(Instant::now(), err);
                     }
                     Poll::Ready(None) => this.on_body_end(Instant::now()),
-                    Poll::Pending => {
-                        if !this.poll_timeout(cx) {
-                            return Poll::Pending;
-                        }
-                    }
+                    Poll::Pending => return Poll::Pending,
                 },
                 State::ErrorBody(body) => {
                     let done = match Pin::new(body).poll_frame(cx) {
@@ -726,12 +652,7 @@ impl Stream for ResponseStream {
                             this.body_buf.len() >= MAX_ERROR_BODY
                         }
                         Poll::Ready(Some(Err(_)) | None) => true,
-                        Poll::Pending => {
-                            if this.poll_timeout(cx) {
-                                continue;
-                            }
-                            return Poll::Pending;
-                        }
+                        Poll::Pending => return Poll::Pending,
                     };
                     if done {
                         let answer = ErrorAnswer {
@@ -752,7 +673,7 @@ impl Stream for ResponseStream {
                         Poll::Ready(Some(Ok(_))) => false,
                         Poll::Ready(Some(Err(_)) | None) => true,
                         Poll::Pending => {
-                            if this.poll_timeout(cx) {
+                            if this.drain_expired(cx) {
                                 continue;
                             }
                             return Poll::Pending;
@@ -761,9 +682,6 @@ impl Stream for ResponseStream {
                     if done {
                         this.state = State::Done;
                         this.finished = true;
-                        if let Some(end) = this.end.take() {
-                            this.pending.push_back(end);
-                        }
                     }
                 }
                 State::Done => {

@@ -14,7 +14,10 @@
 //!   never dropped; a concurrency cap makes requests wait, and the wait is recorded (queue
 //!   time), so latency from the intended start can be reported beside latency from the send.
 //!
-//! One worker function ([`observe`]) serves every policy. On the hot path a request
+//! One worker function ([`observe`]) serves every policy; it returns at the terminal event
+//! with the stream's [`Tail`], which the policy reads to its end once the record is
+//! delivered and before the request's slot is given back (so an HTTP connection goes back
+//! to the pool before the next request). On the hot path a request
 //! touches no lock and allocates nothing per token: token gaps go into a buffer sized from
 //! `max_tokens`. Finished observations go over a channel to a recorder thread, which derives
 //! records, appends them to the sink as they arrive (so nothing measured is lost), folds
@@ -62,4 +65,4 @@ pub use runner::{
 };
 pub use sessions::{History, Pacing, SessionConfig, SessionCounts, ThinkTime};
 pub use timeouts::WithTimeouts;
-pub use worker::{execute, observe};
+pub use worker::{execute, observe, Tail};

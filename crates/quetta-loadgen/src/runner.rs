@@ -15,7 +15,7 @@ use tokio::task::AbortHandle;
 use crate::config::{Load, RunConfig};
 use crate::recorder::{self, Observer, RecordSink};
 use crate::sessions::{SessionConfig, SessionCounts};
-use crate::worker::{begin, observe, Guard};
+use crate::worker::{begin, observe, Guard, Tail};
 
 /// The future a [`BeforeMeasured`] hook returns.
 pub type HookFuture =
@@ -403,23 +403,24 @@ fn retryable(o: &Observation) -> bool {
 /// Send a request, and again after retryable failures when the run allows retries. The
 /// observation ends as the last attempt's, with `attempts` and the earlier errors recorded;
 /// `started` and `intended` stay the first's, so latency from the intended time covers all.
+/// Returns the last attempt's [`Tail`].
 pub(crate) async fn attempt(
     sh: &Shared,
     req: EngineRequest,
     run_start: Instant,
     o: &mut Observation,
-) {
+) -> Tail {
     if sh.cfg.retries == 0 {
-        observe(sh.engine.as_ref(), req, run_start, o).await;
-        return;
+        return observe(sh.engine.as_ref(), req, run_start, o).await;
     }
     let mut n = 0;
     loop {
-        observe(sh.engine.as_ref(), req.clone(), run_start, o).await;
+        let tail = observe(sh.engine.as_ref(), req.clone(), run_start, o).await;
         if n >= sh.cfg.retries || !retryable(o) || sh.control.stopped() {
             o.attempts = n + 1;
-            return;
+            return tail;
         }
+        tail.finish().await;
         n += 1;
         let err = o.error.take().expect("retryable implies an error");
         let retry_after = match &err {
@@ -623,8 +624,9 @@ async fn closed_loop(
                 prog.in_flight.fetch_add(1, Ordering::Relaxed);
                 let mut g =
                     Guard::new(begin(&req, input, now, now, run_start), tx.clone(), run_start);
-                attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
+                let tail = attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
                 prog.account(g);
+                tail.finish().await;
             }
         });
         sh.track(h.abort_handle());
@@ -717,9 +719,11 @@ async fn open_loop(
                     };
                     let prog = &sh.control.progress;
                     prog.in_flight.fetch_add(1, Ordering::Relaxed);
-                    attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
-                    drop(permit);
+                    let tail =
+                        attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
                     prog.account(g);
+                    tail.finish().await;
+                    drop(permit);
                 });
                 sh.track(h.abort_handle());
             }

@@ -324,8 +324,7 @@ impl Phase {
         };
         prog.in_flight.fetch_add(1, Ordering::Relaxed);
         let o = g.obs.as_mut().expect("fresh guard");
-        attempt(&self.sh, req, self.run_start, o).await;
-        drop(permit);
+        let tail = attempt(&self.sh, req, self.run_start, o).await;
         let ok = o.error.is_none();
         let reply = if self.sh.cfg.capture_text { o.text.clone() } else { o.text.take() };
         let reply = reply.unwrap_or_default();
@@ -335,6 +334,8 @@ impl Phase {
             usage.and_then(|u| u.completion_tokens).unwrap_or(u64::from(o.token_chunks));
         l.prev_end = Some(self.run_start + o.end);
         prog.account(g);
+        tail.finish().await;
+        drop(permit);
         if !ok {
             return Step::Failed;
         }

@@ -2,7 +2,9 @@
 //! first byte (the first event after the request left), first token, idle (the longest
 //! silence between two events once the answer started) and total. An adapter enforces only
 //! the connect phase, which only it can see. On expiry the inner stream is dropped (which
-//! cancels the request) and the stream ends with [`EngineError::Timeout`].
+//! cancels the request) and the stream ends with [`EngineError::Timeout`]. After the inner
+//! stream's terminal event no limit applies: polls go on to the inner stream, which may
+//! still be finishing its connection (an HTTP body drained for reuse).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -54,6 +56,7 @@ pub(crate) fn any(t: &Timeouts) -> bool {
 pub(crate) fn apply(inner: EventStream, t: Timeouts) -> EventStream {
     Box::pin(Timed {
         inner: Some(inner),
+        ended: false,
         t,
         start: Instant::now(),
         last: None,
@@ -66,6 +69,8 @@ pub(crate) fn apply(inner: EventStream, t: Timeouts) -> EventStream {
 
 struct Timed {
     inner: Option<EventStream>,
+    /// The terminal event went out: polls only finish the inner stream.
+    ended: bool,
     t: Timeouts,
     start: Instant,
     /// The last event after the request left (the idle clock's start).
@@ -122,13 +127,16 @@ impl Stream for Timed {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<TimedEvent>> {
         let this = &mut *self;
         let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
+        if this.ended {
+            return inner.as_mut().poll_next(cx);
+        }
         if let Poll::Ready(ev) = inner.as_mut().poll_next(cx) {
             let Some(ev) = ev else {
                 this.inner = None;
                 return Poll::Ready(None);
             };
             if ev.kind.is_terminal() {
-                this.inner = None;
+                this.ended = true;
                 this.sleep = None;
                 return Poll::Ready(Some(ev));
             }
@@ -195,7 +203,6 @@ mod tests {
             first_token,
             idle,
             total,
-            ..Timeouts::default()
         };
         let cases = [
             (

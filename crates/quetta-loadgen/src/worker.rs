@@ -4,8 +4,29 @@ use std::future::poll_fn;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use quetta_engine::{Engine, EngineError, EngineRequest, EventKind};
+use quetta_engine::{Engine, EngineError, EngineRequest, EventKind, EventStream};
 use quetta_metrics::Observation;
+
+/// What is left of a stream after its terminal event. [`Tail::finish`] polls it to its end,
+/// which lets the adapter finish its connection (an HTTP body read to its end goes back to
+/// the pool); callers do it after the record is delivered and before the request's slot is
+/// given back, so the next request finds the connection. Dropping it gives the connection up.
+#[must_use = "finish the tail so the connection can be reused"]
+pub struct Tail(Option<EventStream>);
+
+impl std::fmt::Debug for Tail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Tail(..)" } else { "Tail(None)" })
+    }
+}
+
+impl Tail {
+    pub async fn finish(self) {
+        if let Some(mut s) = self.0 {
+            while poll_fn(|cx| s.as_mut().poll_next(cx)).await.is_some() {}
+        }
+    }
+}
 
 /// Start an observation of `request` (before it is sent).
 pub(crate) fn begin(
@@ -31,8 +52,9 @@ pub(crate) fn begin(
     }
 }
 
-/// Send one request and observe it to its end, filling `o` as events arrive (so a caller
-/// that abandons the future keeps every timing taken so far).
+/// Send one request and observe it to its terminal event, filling `o` as events arrive (so
+/// a caller that abandons the future keeps every timing taken so far); the rest of the
+/// stream is returned.
 ///
 /// `run_start` is the zero of every offset. Nothing here locks or allocates per token: the
 /// gap buffer is sized from `max_tokens` up front.
@@ -41,7 +63,7 @@ pub async fn observe(
     request: EngineRequest,
     run_start: Instant,
     o: &mut Observation,
-) {
+) -> Tail {
     let off = |t: Instant| t.saturating_duration_since(run_start);
     // `send` builds the request (the JSON body of a long prompt takes a while); the request
     // leaves on the first poll, so that is where `sent` is stamped.
@@ -53,7 +75,7 @@ pub async fn observe(
             // A stream must end with End or Error; one that just stops breaks the contract.
             o.end = off(Instant::now());
             o.error = Some(EngineError::Protocol("event stream ended without End or Error".into()));
-            return;
+            return Tail(None);
         };
         match ev.kind {
             EventKind::Headers { status, connection, headers } => {
@@ -99,12 +121,12 @@ pub async fn observe(
                     o.first_token = o.first_token.or(Some(o.end));
                     o.itl_us.clear();
                 }
-                return;
+                return Tail(Some(stream));
             }
             EventKind::Error(e) => {
                 o.end = off(ev.at);
                 o.error = Some(e);
-                return;
+                return Tail(Some(stream));
             }
             _ => {}
         }
@@ -122,7 +144,7 @@ pub async fn execute(
     run_start: Instant,
 ) -> Observation {
     let mut o = begin(&request, planned_input_tokens, intended, started, run_start);
-    observe(engine, request, run_start, &mut o).await;
+    observe(engine, request, run_start, &mut o).await.finish().await;
     o
 }
 

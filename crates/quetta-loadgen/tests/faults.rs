@@ -34,8 +34,7 @@ fn run_with_retries(
         ..SimConfig::default()
     })
     .unwrap();
-    let mut cfg = OpenAiConfig::new(sim.base_url(), Api::Chat, "sim");
-    cfg.timeouts = timeouts;
+    let cfg = OpenAiConfig::new(sim.base_url(), Api::Chat, "sim");
     let engine: Arc<dyn Engine> = Arc::new(OpenAiEngine::new(cfg).unwrap());
     let spec = SyntheticSpec {
         input_len: 8,
@@ -50,6 +49,7 @@ fn run_with_retries(
     rc.drain_timeout = Duration::from_secs(20);
     rc.retries = retries;
     rc.retry_backoff = Duration::from_millis(10);
+    rc.timeouts = timeouts;
     let out = rt
         .block_on(async {
             tokio::time::timeout(
@@ -110,6 +110,22 @@ fn stall_trips_the_idle_timeout() {
     let slow: Vec<_> = recs.iter().filter(|r| r.e2e_ms.unwrap() > 300.0).collect();
     assert_eq!(slow.len(), 2, "requests 4 and 8 stalled");
     assert!(recs.iter().all(RequestRecord::ok));
+}
+
+#[test]
+fn a_body_left_open_after_done_is_a_complete_answer_on_a_kept_connection() {
+    // The server ends each body 0.5 s after `[DONE]`. The answer is complete at `[DONE]`:
+    // an idle limit shorter than the wait must not turn it into a timeout, its end is the
+    // `[DONE]` frame's, and the body's tail is read before the next request goes out, so
+    // the connection is reused (2 workers: 2 new connections, 6 reused).
+    let t = Timeouts { idle: Some(Duration::from_millis(200)), ..Timeouts::default() };
+    let (recs, _) = run_with("linger=0.5", t);
+    for r in &recs {
+        assert!(r.ok(), "{:?}", r.error);
+        assert!(r.e2e_ms.unwrap() < 400.0, "end at [DONE], not at the body's end: {:?}", r.e2e_ms);
+    }
+    let reused = recs.iter().filter(|r| r.connection_reused == Some(true)).count();
+    assert_eq!(reused, 6, "{:?}", recs.iter().map(|r| r.connection_reused).collect::<Vec<_>>());
 }
 
 #[test]

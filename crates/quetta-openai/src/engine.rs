@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
-use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, Message, Prompt, Timeouts};
+use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, Message, Prompt};
 use serde_json::{json, Map, Value};
 
 use crate::decode::{excerpt, ChunkDecoder};
@@ -60,7 +60,8 @@ pub struct OpenAiConfig {
     pub api_key: Option<ApiKey>,
     /// Use HTTP/2 over cleartext with prior knowledge (https negotiates it by ALPN anyway).
     pub http2: bool,
-    pub timeouts: Timeouts,
+    /// Limit on establishing a connection (TCP and TLS); the other phases are the runner's.
+    pub connect_timeout: Option<std::time::Duration>,
     /// Largest single SSE event accepted; a larger one is a protocol error.
     pub max_event_bytes: usize,
     /// Send `stream_options.include_usage`.
@@ -89,7 +90,7 @@ impl OpenAiConfig {
             insecure: self.insecure,
             ca_cert: self.ca_cert.clone(),
             http2: self.http2,
-            connect_timeout: self.timeouts.connect,
+            connect_timeout: self.connect_timeout,
         }
     }
 
@@ -102,7 +103,7 @@ impl OpenAiConfig {
             model: model.into(),
             api_key: None,
             http2: false,
-            timeouts: Timeouts::default(),
+            connect_timeout: None,
             max_event_bytes: quetta_http::sse::DEFAULT_MAX_EVENT_BYTES,
             include_usage: true,
             insecure: false,
@@ -184,7 +185,6 @@ impl OpenAiEngine {
         };
         let opts = StreamOptions {
             streaming: true,
-            timeouts: cfg.timeouts,
             record_headers: cfg.record_headers.clone().into(),
             status_error: None,
         };

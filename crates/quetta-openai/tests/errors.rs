@@ -2,17 +2,25 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{collect, Reply, ScriptServer};
-use quetta_engine::{EngineError, EngineRequest, EventKind, Prompt, TimeoutPhase, Timeouts};
+use quetta_engine::{
+    Engine, EngineError, EngineRequest, EventKind, Prompt, TimeoutPhase, Timeouts,
+};
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 
-fn engine(url: &str, timeouts: Timeouts) -> OpenAiEngine {
+/// The adapter, inside the runner's per-phase timeouts when any are set (as a run drives it).
+fn engine(url: &str, timeouts: Timeouts) -> Arc<dyn Engine> {
     let mut cfg = OpenAiConfig::new(url, Api::Chat, "m");
-    cfg.timeouts = timeouts;
     cfg.max_event_bytes = 64 * 1024;
-    OpenAiEngine::new(cfg).unwrap()
+    let e: Arc<dyn Engine> = Arc::new(OpenAiEngine::new(cfg).unwrap());
+    if timeouts == Timeouts::default() {
+        e
+    } else {
+        Arc::new(quetta_loadgen::WithTimeouts::new(e, timeouts))
+    }
 }
 
 async fn run(reply: Reply, timeouts: Timeouts) -> (Vec<quetta_engine::TimedEvent>, EngineError) {
@@ -20,7 +28,7 @@ async fn run(reply: Reply, timeouts: Timeouts) -> (Vec<quetta_engine::TimedEvent
     let e = engine(&server.url(), timeouts);
     let events = tokio::time::timeout(
         Duration::from_secs(10),
-        collect(&e, EngineRequest::new(1, Prompt::Text("x".into()))),
+        collect(e.as_ref(), EngineRequest::new(1, Prompt::Text("x".into()))),
     )
     .await
     .expect("the adapter must not hang");
@@ -133,7 +141,7 @@ async fn connection_refused_is_a_connect_error() {
         l.local_addr().unwrap().port()
     };
     let e = engine(&format!("http://127.0.0.1:{port}"), Timeouts::default());
-    let events = collect(&e, EngineRequest::new(1, Prompt::Text("x".into()))).await;
+    let events = collect(e.as_ref(), EngineRequest::new(1, Prompt::Text("x".into()))).await;
     assert!(matches!(&events[0].kind, EventKind::Error(EngineError::Connect(_))), "{events:?}");
 }
 
@@ -174,7 +182,7 @@ async fn idle_and_first_token_timeouts_fire_by_phase() {
 #[tokio::test]
 async fn token_ids_on_chat_is_a_request_error() {
     let e = engine("http://127.0.0.1:9", Timeouts::default());
-    let events = collect(&e, EngineRequest::new(1, Prompt::TokenIds(vec![1, 2]))).await;
+    let events = collect(e.as_ref(), EngineRequest::new(1, Prompt::TokenIds(vec![1, 2]))).await;
     assert_eq!(events.len(), 1);
     assert!(matches!(&events[0].kind, EventKind::Error(EngineError::Request(_))));
 }
@@ -223,10 +231,10 @@ async fn request_on_a_stale_pooled_connection_is_resent_once_and_marked() {
         std::thread::sleep(Duration::from_millis(200));
     });
     let e = engine(&format!("http://{addr}"), Timeouts::default());
-    let first = collect(&e, EngineRequest::new(1, Prompt::Text("x".into()))).await;
+    let first = collect(e.as_ref(), EngineRequest::new(1, Prompt::Text("x".into()))).await;
     assert!(matches!(first.last().unwrap().kind, EventKind::End { .. }), "{first:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let second = collect(&e, EngineRequest::new(2, Prompt::Text("x".into()))).await;
+    let second = collect(e.as_ref(), EngineRequest::new(2, Prompt::Text("x".into()))).await;
     assert!(matches!(second.last().unwrap().kind, EventKind::End { .. }), "{second:?}");
     // no RequestWritten: a resent request keeps the first attempt's send
     let EventKind::Headers { connection, .. } = &second[0].kind else { panic!("{second:?}") };

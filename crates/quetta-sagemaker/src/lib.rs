@@ -29,7 +29,7 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
 use http::{Method, Request, Uri};
 use http_body_util::Full;
-use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, Timeouts};
+use quetta_engine::{Engine, EngineError, EngineRequest, EventStream};
 use quetta_http::refresh::{Expiring, Refreshing};
 use quetta_http::{
     excerpt, BodyDecoder, ErrorAnswer, SseBody, StreamOptions, Transport, TransportConfig,
@@ -90,7 +90,6 @@ pub struct SageMakerConfig {
     pub model: String,
     pub credentials: CredentialSource,
     pub transport: TransportConfig,
-    pub timeouts: Timeouts,
     pub max_event_bytes: usize,
     /// Response headers to copy into each record (names, or prefixes ending in `*`).
     pub record_headers: Vec<String>,
@@ -112,7 +111,6 @@ impl SageMakerConfig {
             model: "sagemaker".into(),
             credentials: CredentialSource::Chain,
             transport: TransportConfig::default(),
-            timeouts: Timeouts::default(),
             max_event_bytes: 1 << 20,
             record_headers: Vec::new(),
             session_body_field: Some("user".into()),
@@ -251,7 +249,6 @@ impl SageMakerEngine {
         openai.include_usage = true;
         let opts = StreamOptions {
             streaming: true,
-            timeouts: cfg.timeouts,
             record_headers: cfg.record_headers.clone().into(),
             status_error: Some(Arc::new(status_error)),
         };

@@ -32,6 +32,9 @@ pub enum Fault {
     NoUsage,
     /// An `{"error": ...}` event halfway through.
     ErrorEvent,
+    /// A complete answer whose body stays open this long after `[DONE]` (a server slow to
+    /// end its stream).
+    Linger(Duration),
 }
 
 /// When a fault applies.
@@ -54,7 +57,7 @@ impl std::str::FromStr for FaultRule {
     type Err = String;
 
     /// `KIND[@N|:P]`: `http429`, `http500`, `http503`, `reset-before-headers`,
-    /// `reset-after-headers`, `reset-mid-stream`, `stall=SECONDS`, `slow-drip`, `bad-json`,
+    /// `reset-after-headers`, `reset-mid-stream`, `stall=SECONDS`, `linger=SECONDS`, `slow-drip`, `bad-json`,
     /// `invalid-utf8`, `huge-event`, `no-done`, `no-usage`, `error-event`; `@N` every Nth
     /// request, `:P` with probability P (default: every request).
     fn from_str(s: &str) -> Result<Self, String> {
@@ -87,6 +90,13 @@ impl std::str::FromStr for FaultRule {
             "no-done" => Fault::NoDone,
             "no-usage" => Fault::NoUsage,
             "error-event" => Fault::ErrorEvent,
+            k if k.starts_with("linger=") => {
+                let secs: f64 = k[7..].parse().map_err(|_| format!("{s:?}: linger=SECONDS"))?;
+                if !(secs.is_finite() && secs >= 0.0) {
+                    return Err(format!("{s:?}: linger=SECONDS must be non-negative"));
+                }
+                Fault::Linger(Duration::from_secs_f64(secs))
+            }
             k if k.starts_with("stall=") => {
                 let secs: f64 = k[6..].parse().map_err(|_| format!("{s:?}: stall=SECONDS"))?;
                 if !(secs.is_finite() && secs >= 0.0) {

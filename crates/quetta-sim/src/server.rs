@@ -439,6 +439,7 @@ async fn generate(
         fault,
         fault_fired: false,
         stall_until: None,
+        linger_until: None,
         drip: Bytes::new(),
         drip_at: arrival,
         cache_tokens,
@@ -493,6 +494,8 @@ pub(crate) struct SimStream {
     fault: Option<Fault>,
     fault_fired: bool,
     stall_until: Option<Instant>,
+    /// `linger`: the body ends only at this time, after `[DONE]`.
+    linger_until: Option<Instant>,
     drip: Bytes,
     drip_at: Instant,
     /// The prompt's prefix-cache tokens; the reply's are appended when it is done.
@@ -586,6 +589,13 @@ impl http_body::Body for SimStream {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = self.get_mut();
+        if let Some(at) = this.linger_until {
+            if !this.wait_until(at, cx) {
+                return Poll::Pending;
+            }
+            this.linger_until = None;
+            return Poll::Ready(None);
+        }
         // Slow drip: every frame leaves one byte at a time, 1 ms apart.
         if !this.drip.is_empty() {
             if !this.wait_until(Instant::now().max(this.drip_at), cx) {
@@ -612,7 +622,7 @@ impl http_body::Body for SimStream {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rec.is_none() && self.drip.is_empty()
+        self.rec.is_none() && self.drip.is_empty() && self.linger_until.is_none()
     }
 }
 
@@ -790,6 +800,9 @@ impl SimStream {
             rec.completion_tokens = u64::from(this.n_tokens);
             rec.end = Instant::now();
             this.sh.finish(rec);
+        }
+        if let Some(Fault::Linger(t)) = this.fault {
+            this.linger_until = Some(Instant::now() + t);
         }
         Poll::Ready(Some(Ok(Bytes::from(frame))))
     }

@@ -22,7 +22,7 @@ use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
 use quetta_engine::{
-    Delta, Engine, EngineError, EngineRequest, EventKind, EventStream, Message, Prompt, Timeouts,
+    Delta, Engine, EngineError, EngineRequest, EventKind, EventStream, Message, Prompt,
 };
 use quetta_http::refresh::Refreshing;
 use quetta_http::{BodyDecoder, ErrorAnswer, SseBody, StreamOptions, Transport, TransportConfig};
@@ -70,7 +70,6 @@ pub struct VertexConfig {
     pub credentials_file: Option<PathBuf>,
     pub scope: String,
     pub transport: TransportConfig,
-    pub timeouts: Timeouts,
     pub max_event_bytes: usize,
     pub record_headers: Vec<String>,
 }
@@ -91,7 +90,6 @@ impl VertexConfig {
             credentials_file: None,
             scope: auth::CLOUD_PLATFORM.into(),
             transport: TransportConfig::default(),
-            timeouts: Timeouts::default(),
             max_event_bytes: 1 << 20,
             record_headers: Vec::new(),
         }
@@ -198,7 +196,6 @@ impl VertexEngine {
         openai.session_body_field = None;
         let opts = StreamOptions {
             streaming: true,
-            timeouts: cfg.timeouts,
             record_headers: cfg.record_headers.clone().into(),
             status_error: Some(std::sync::Arc::new(status_error)),
         };

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quetta_engine::{Engine, Timeouts};
+use quetta_engine::Engine;
 #[cfg(any(feature = "sagemaker", feature = "vertex"))]
 use quetta_http::TransportConfig;
 use quetta_openai::{
@@ -308,7 +308,7 @@ impl Target {
         cfg.session_header.clone_from(&self.session_header);
         cfg.session_body_field.clone_from(&self.session_body_field);
         cfg.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
-        cfg.timeouts = Timeouts { connect: self.connect_timeout, ..Timeouts::default() };
+        cfg.connect_timeout = self.connect_timeout;
         let mut notes = Vec::new();
         let engine: Arc<dyn Engine> = if matches!(self.kind, TargetKind::LiteLlm { .. }) {
             if !model.contains('/') && !listed {
@@ -343,7 +343,6 @@ impl Target {
         let mut c = cfg.clone();
         c.model = self.model.clone().unwrap_or_else(|| c.endpoint_name.clone());
         c.transport = self.transport();
-        c.timeouts = Timeouts { connect: self.connect_timeout, ..Timeouts::default() };
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         c.session_body_field.clone_from(&self.session_body_field);
         let payload = match &c.payload {
@@ -390,7 +389,6 @@ impl Target {
             }
         };
         c.transport = self.transport();
-        c.timeouts = Timeouts { connect: self.connect_timeout, ..Timeouts::default() };
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         let api = match c.api {
             VertexApi::Gemini => "gemini",
