@@ -232,6 +232,36 @@ pub struct UserProfile {
     pub trace_columns: Option<String>,
 }
 
+/// The names a user profile's `arrival`, `dataset_format` and `trace_format` take (any
+/// case), the first being the default.
+pub const ARRIVALS: [&str; 3] = ["poisson", "gamma", "constant"];
+pub const DATASET_FORMATS: [&str; 3] = ["sharegpt", "jsonl", "text"];
+pub const TRACE_FORMATS: [&str; 4] = ["mooncake", "azure", "csv", "jsonl"];
+
+/// The position of `value` (default: the first name) among `names`, any case.
+pub fn choice(value: Option<&str>, names: &[&str]) -> Option<usize> {
+    let v = value.unwrap_or(names[0]);
+    names.iter().position(|n| n.eq_ignore_ascii_case(v))
+}
+
+/// The 1-based line of `field` in the `i`-th `[[profile]]` table of `text` (the table's own
+/// line when the field is not written there).
+fn field_line(text: &str, i: usize, field: &str) -> usize {
+    let starts: Vec<usize> = text.match_indices("[[profile]]").map(|(at, _)| at).collect();
+    let Some(&start) = starts.get(i) else { return 1 };
+    let end = starts.get(i + 1).copied().unwrap_or(text.len());
+    let line_of = |at: usize| text[..at].matches('\n').count() + 1;
+    let mut at = start;
+    for l in text[start..end].split_inclusive('\n') {
+        let key = l.trim_start();
+        if key.strip_prefix(field).is_some_and(|r| r.trim_start().starts_with('=')) {
+            return line_of(at);
+        }
+        at += l.len();
+    }
+    line_of(start)
+}
+
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileFile {
@@ -258,13 +288,20 @@ pub fn load_file(path: &Path) -> Result<Vec<UserProfile>, WorkloadError> {
     for (i, p) in f.profile.iter().enumerate() {
         let bad = |field: &str, reason: &str| WorkloadError::Parse {
             path: path.display().to_string(),
-            line: text
-                .match_indices("[[profile]]")
-                .nth(i)
-                .map_or(1, |(at, _)| text[..at].matches('\n').count() + 1),
+            line: field_line(&text, i, field.split('/').next().unwrap_or(field)),
             field: field.to_owned(),
             reason: reason.to_owned(),
         };
+        for (field, value, names) in [
+            ("arrival", &p.arrival, &ARRIVALS[..]),
+            ("dataset_format", &p.dataset_format, &DATASET_FORMATS[..]),
+            ("trace_format", &p.trace_format, &TRACE_FORMATS[..]),
+        ] {
+            if value.is_some() && choice(value.as_deref(), names).is_none() {
+                let v = value.as_deref().unwrap_or_default();
+                return Err(bad(field, &format!("{v:?} is not one of {}", names.join(", "))));
+            }
+        }
         if p.name.trim().is_empty() {
             return Err(bad("name", "must not be empty"));
         }

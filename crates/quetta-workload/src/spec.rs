@@ -172,8 +172,20 @@ pub struct Limits {
 pub struct LoadHint {
     pub request_rate: Option<f64>,
     pub concurrency: Option<usize>,
-    /// `poisson`, `gamma` or `constant`.
+    /// `poisson`, `gamma` or `constant` (any case), as the profile wrote it.
     pub arrival: Option<String>,
+}
+
+impl LoadHint {
+    /// The arrival process the hint names (Poisson when it names none; gamma with shape 1).
+    pub fn arrival_process(&self) -> Option<crate::arrival::Arrival> {
+        use crate::arrival::Arrival;
+        match profiles::choice(self.arrival.as_deref(), &profiles::ARRIVALS)? {
+            0 => Some(Arrival::Poisson),
+            1 => Some(Arrival::Gamma { burstiness: 1.0 }),
+            _ => Some(Arrival::Constant),
+        }
+    }
 }
 
 /// Multi-turn sessions, built.
@@ -379,34 +391,33 @@ impl WorkloadSpec {
         Ok(None)
     }
 
+    /// Apply a user profile read by [`profiles::load_file`] (which checked its names, with
+    /// the file's lines).
     fn apply_user(&mut self, u: &UserProfile, file: &Path) -> Result<LoadHint, WorkloadError> {
-        let bad = |field: &str, reason: String| WorkloadError::Parse {
-            path: file.display().to_string(),
-            line: 0,
-            field: field.into(),
-            reason,
-        };
         self.input_len = self.input_len.or(u.input_len);
         self.input_stddev = self.input_stddev.or(u.input_stddev);
         self.output_len = self.output_len.or(u.output_len);
         self.output_stddev = self.output_stddev.or(u.output_stddev);
-        let format =
-            |f: &Option<String>, field: &str, names: &[&str]| -> Result<usize, WorkloadError> {
-                let f = f.as_deref().unwrap_or(names[0]);
-                names
-                    .iter()
-                    .position(|n| n.eq_ignore_ascii_case(f))
-                    .ok_or_else(|| bad(field, format!("{f:?} is not one of {}", names.join(", "))))
-            };
+        let pick = |value: &Option<String>, field: &'static str, names: &[&str]| {
+            profiles::choice(value.as_deref(), names).ok_or_else(|| WorkloadError::Invalid {
+                name: field,
+                reason: format!(
+                    "profile {:?} of {}: {:?} is not one of {}",
+                    u.name,
+                    file.display(),
+                    value.as_deref().unwrap_or_default(),
+                    names.join(", ")
+                ),
+            })
+        };
         self.source = if let Some(d) = &u.dataset {
             let formats = [DatasetFormat::Sharegpt, DatasetFormat::Jsonl, DatasetFormat::Text];
-            let i = format(&u.dataset_format, "dataset_format", &["sharegpt", "jsonl", "text"])?;
+            let i = pick(&u.dataset_format, "dataset_format", &profiles::DATASET_FORMATS)?;
             Source::Dataset { path: d.into(), format: formats[i], filters: Filters::default() }
         } else if let Some(t) = &u.trace {
             let formats =
                 [TraceFormat::Mooncake, TraceFormat::Azure, TraceFormat::Csv, TraceFormat::Jsonl];
-            let i =
-                format(&u.trace_format, "trace_format", &["mooncake", "azure", "csv", "jsonl"])?;
+            let i = pick(&u.trace_format, "trace_format", &profiles::TRACE_FORMATS)?;
             Source::Trace {
                 path: t.into(),
                 format: formats[i],
@@ -415,10 +426,8 @@ impl WorkloadSpec {
         } else {
             Source::Synthetic
         };
-        if let Some(a) = &u.arrival {
-            if !["poisson", "gamma", "constant"].contains(&a.to_ascii_lowercase().as_str()) {
-                return Err(bad("arrival", format!("{a:?} is not poisson, gamma or constant")));
-            }
+        if u.arrival.is_some() {
+            pick(&u.arrival, "arrival", &profiles::ARRIVALS)?;
         }
         Ok(LoadHint {
             request_rate: u.request_rate,

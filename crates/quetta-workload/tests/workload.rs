@@ -359,6 +359,35 @@ fn profile_files_load_and_bad_ones_name_the_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_misspelt_arrival_or_format_in_a_profile_file_names_its_line_and_field() {
+    use quetta_workload::profiles::load_file;
+    let dir = std::env::temp_dir().join(format!("quetta-prof-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("p.toml");
+    let ok = "[[profile]]\nname = \"a\"\narrival = \"Constant\"\n\n";
+    for (bad, line, field) in [
+        ("[[profile]]\nname = \"b\"\nrequest_rate = 5\narrival = \"gama\"\n", 8, "arrival"),
+        (
+            "[[profile]]\nname = \"b\"\ndataset = \"d.jsonl\"\ndataset_format = \"csv\"\n",
+            8,
+            "dataset_format",
+        ),
+        (
+            "[[profile]]\nname = \"b\"\ntrace = \"t.csv\"\n  trace_format = \"burst\"\n",
+            8,
+            "trace_format",
+        ),
+    ] {
+        std::fs::write(&f, format!("{ok}{bad}")).unwrap();
+        let e = load_file(&f).unwrap_err().to_string();
+        assert!(e.contains(&format!("p.toml:{line}: field {field}")), "{e}");
+    }
+    std::fs::write(&f, ok).unwrap();
+    assert_eq!(load_file(&f).unwrap()[0].arrival.as_deref(), Some("Constant"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Found by the `traces` fuzzer: a row a thousand years after the first overflowed the offset
 /// and came back as 0, out of order. It is an error naming the row now.
 #[test]

@@ -317,11 +317,8 @@ impl Benchmark {
             return Load::closed(8);
         }
         if let Some(h) = &built.load_hint {
-            let arrival = match h.arrival.as_deref().map(str::to_ascii_lowercase).as_deref() {
-                Some("constant") => quetta_workload::arrival::Arrival::Constant,
-                Some("gamma") => quetta_workload::arrival::Arrival::Gamma { burstiness: 1.0 },
-                _ => quetta_workload::arrival::Arrival::Poisson,
-            };
+            // checked when the profile file was read
+            let arrival = h.arrival_process().unwrap_or(quetta_workload::arrival::Arrival::Poisson);
             match (h.request_rate, h.concurrency) {
                 (Some(r), _) => return Load::open(r, arrival),
                 (None, Some(c)) => return Load::closed(c),
