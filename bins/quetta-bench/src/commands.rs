@@ -81,10 +81,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     }
     let r = r?;
     println!("{}", render_summary(&r.summary, r.dir.as_deref()));
-    let m = &r.summary.metrics;
     if let Some(min) = a.min_success_rate {
-        let measured = m.completed + m.failed;
-        let rate = if measured > 0 { m.completed as f64 / measured as f64 } else { 0.0 };
+        let rate = r.summary.metrics.success_rate();
         if rate < min {
             eprintln!(
                 "error: success rate {:.1}% is below --min-success-rate {:.1}%",

@@ -399,6 +399,27 @@ pub struct MetricsSummary {
     pub per_turn: Vec<TurnSummary>,
 }
 
+impl MetricsSummary {
+    /// **Success rate**: completed / (completed + failed) of the measured requests, 0..=1;
+    /// 0 when none was measured (docs/METRICS.md). `--min-success-rate` and an SLO search's
+    /// error limit read it.
+    ///
+    /// ```
+    /// let mut m = quetta_metrics::Aggregate::new(None).summary(&[]);
+    /// assert_eq!(m.success_rate(), 0.0);
+    /// (m.completed, m.failed) = (99, 1);
+    /// assert_eq!(m.success_rate(), 0.99);
+    /// ```
+    pub fn success_rate(&self) -> f64 {
+        let measured = self.completed + self.failed;
+        if measured == 0 {
+            0.0
+        } else {
+            self.completed as f64 / measured as f64
+        }
+    }
+}
+
 fn source_label(m: &BTreeMap<TokenSource, u64>) -> String {
     let used: Vec<_> = m.iter().filter(|(_, &n)| n > 0).collect();
     match used.as_slice() {

@@ -287,8 +287,7 @@ fn probe_verdict(
             None => why.push(format!("{} has no value", o.objective)),
         }
     }
-    let (done, failed) = (s.metrics.completed, s.metrics.failed);
-    let share = if done + failed > 0 { failed as f64 / (done + failed) as f64 } else { 1.0 };
+    let share = 1.0 - s.metrics.success_rate();
     if share > max_err {
         why.push(format!("{:.1}% of requests failed", share * 100.0));
         limit = Some("errors".to_owned());
