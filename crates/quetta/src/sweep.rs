@@ -3,7 +3,7 @@
 //! runtime, one connection pool, one embedded simulator for all of them; each step reports
 //! its own client CPU and memory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use quetta_metrics::SloSet;
@@ -82,18 +82,41 @@ fn step_seed(base: u64, i: usize, same: bool) -> u64 {
     }
 }
 
-/// Run `b` on `c` in `dir/name` (nothing written without a directory).
+/// A sweep's or search's directory, made only once its first step has passed every check
+/// (a refused configuration leaves nothing behind); nothing without an output directory.
+struct OutDir {
+    want: Option<(PathBuf, bool)>,
+    made: Option<RunDir>,
+}
+
+impl OutDir {
+    fn of(base: &Benchmark) -> Self {
+        Self { want: base.output_dir.clone().map(|d| (d, base.overwrite)), made: None }
+    }
+
+    /// The directory, made now if it is not yet.
+    fn get(&mut self) -> Result<Option<&RunDir>> {
+        if self.made.is_none() {
+            if let Some((d, overwrite)) = &self.want {
+                self.made = Some(RunDir::create(d, *overwrite)?);
+            }
+        }
+        Ok(self.made.as_ref())
+    }
+}
+
+/// Run `b` on `c` in `out/name` (nothing written without a directory).
 async fn step(
     b: &Benchmark,
     c: &Connected,
-    dir: Option<&Path>,
+    out: &mut OutDir,
     name: &str,
 ) -> Result<(BenchReport, String)> {
     let mut b = b.clone();
-    b.output_dir = dir.map(|d| d.join(name));
+    let p = b.prepare().await?;
+    b.output_dir = out.get()?.map(|d| d.path().join(name));
     b.overwrite = true;
     let shown = b.output_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
-    let p = b.prepare().await?;
     Ok((b.run_prepared(p, c).await?, shown))
 }
 
@@ -131,7 +154,7 @@ impl Sweep {
     async fn rates_of(
         &self,
         c: &Connected,
-        dir: Option<&Path>,
+        out: &mut OutDir,
         notes: &mut Vec<String>,
     ) -> Result<Vec<f64>> {
         match &self.steps {
@@ -142,7 +165,7 @@ impl Sweep {
                 ));
                 let mut b = self.base.clone().load(Load::closed(*concurrency));
                 b.seed = step_seed(self.base.seed, 999, self.same_prompts);
-                let (r, _) = step(&b, c, dir, "max-throughput").await?;
+                let (r, _) = step(&b, c, out, "max-throughput").await?;
                 let max = Some(r.summary.metrics.request_throughput)
                     .filter(|m| *m > 0.0)
                     .ok_or_else(|| Error::config("the max-throughput step completed nothing"))?;
@@ -159,11 +182,7 @@ impl Sweep {
     /// Run every step on one connected target; stop after a step when the run was stopped.
     pub async fn run(self) -> Result<SweepReport> {
         let c = self.base.target.connect().await?;
-        let dir = match &self.base.output_dir {
-            Some(d) => Some(RunDir::create(d, self.base.overwrite)?),
-            None => None,
-        };
-        let path = dir.as_ref().map(RunDir::path);
+        let mut out = OutDir::of(&self.base);
         let mut notes = Vec::new();
         let (kind, values): (SweepKind, Vec<f64>) = match &self.steps {
             Steps::Concurrencies(cs) => {
@@ -173,7 +192,7 @@ impl Sweep {
                 (SweepKind::Concurrency, cs.iter().map(|&c| c as f64).collect())
             }
             _ => {
-                let r = self.rates_of(&c, path, &mut notes).await?;
+                let r = self.rates_of(&c, &mut out, &mut notes).await?;
                 if r.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
                     return Err(Error::config("rates must be positive numbers"));
                 }
@@ -197,11 +216,11 @@ impl Sweep {
                 _ => Load::poisson(*v),
             });
             let (r, shown) =
-                step(&b, &c, path, &format!("step-{i:02}-{}-{v}", kind.as_str())).await?;
+                step(&b, &c, &mut out, &format!("step-{i:02}-{}-{v}", kind.as_str())).await?;
             steps.push(SweepStep::of(kind, *v, &shown, &r.summary));
         }
         let report = SweepReport::new(kind, steps, self.same_prompts, notes);
-        if let Some(d) = &dir {
+        if let Some(d) = out.get()? {
             d.write_sweep(&report)?;
         }
         Ok(report)
@@ -333,7 +352,7 @@ impl SloSearch {
     }
 
     /// One probe at `x`: a whole run, its verdict and its row.
-    async fn probe(&self, c: &Connected, dir: Option<&Path>, i: usize, x: f64) -> Result<SloProbe> {
+    async fn probe(&self, c: &Connected, out: &mut OutDir, i: usize, x: f64) -> Result<SloProbe> {
         let by_rate = self.over == SearchOver::Rate;
         let name = if by_rate { "rate" } else { "concurrency" };
         if let Some(f) = &self.on_step {
@@ -354,7 +373,7 @@ impl SloSearch {
         } else {
             Load::closed(x as usize)
         });
-        let (r, shown) = step(&b, c, dir, &format!("probe-{i:02}-{name}-{x}")).await?;
+        let (r, shown) = step(&b, c, out, &format!("probe-{i:02}-{name}-{x}")).await?;
         let s = &r.summary;
         let (why, limited_by) = probe_verdict(s, self.max_error_rate, by_rate.then_some(x));
         let values = s
@@ -380,11 +399,7 @@ impl SloSearch {
     pub async fn run(self) -> Result<SloReport> {
         self.check()?;
         let c = self.base.target.connect().await?;
-        let dir = match &self.base.output_dir {
-            Some(d) => Some(RunDir::create(d, self.base.overwrite)?),
-            None => None,
-        };
-        let path: Option<PathBuf> = dir.as_ref().map(|d| d.path().to_path_buf());
+        let mut out = OutDir::of(&self.base);
         let by_rate = self.over == SearchOver::Rate;
         let round =
             |x: f64| if by_rate { (x * 1000.0).round() / 1000.0 } else { x.round().max(1.0) };
@@ -392,7 +407,7 @@ impl SloSearch {
         let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
         let mut x = round(self.start);
         while probes.len() < self.max_probes && !self.base.control.stopped() {
-            let p = self.probe(&c, path.as_deref(), probes.len(), x).await?;
+            let p = self.probe(&c, &mut out, probes.len(), x).await?;
             let pass = p.pass;
             probes.push(p);
             if !pass {
@@ -412,7 +427,7 @@ impl SloSearch {
             }
             let mid =
                 round(if by_rate { f64::midpoint(l, h) } else { f64::midpoint(l, h).floor() });
-            let p = self.probe(&c, path.as_deref(), probes.len(), mid).await?;
+            let p = self.probe(&c, &mut out, probes.len(), mid).await?;
             if p.pass {
                 lo = Some(mid);
             } else {
@@ -421,7 +436,7 @@ impl SloSearch {
             probes.push(p);
         }
         let report = self.report(probes, lo, hi);
-        if let Some(d) = &dir {
+        if let Some(d) = out.get()? {
             d.write_slo(&report)?;
         }
         Ok(report)

@@ -151,3 +151,21 @@ fn an_slo_search_finds_the_saturation_rate_of_a_bounded_simulator() {
     assert!(s.run_blocking().unwrap_err().to_string().contains("run-level objectives"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_sweep_or_search_that_is_refused_leaves_no_directory() {
+    // a workload its first step refuses (a negative spread), and a step list that is
+    let mut bad = WorkloadSpec::synthetic(32, 8);
+    bad.input_stddev = Some(-1.0);
+    let d = tmpdir("refused-sweep");
+    let base = Benchmark::new(common::sim(5, 1)).workload(bad).requests(4).output_dir(&d);
+    let e = Sweep::concurrencies(base.clone(), vec![1, 2]).run_blocking().unwrap_err();
+    assert!(e.to_string().contains("input_len_stddev"), "{e}");
+    assert!(!d.exists(), "{} was left behind", d.display());
+    let ok = base.clone().workload(WorkloadSpec::synthetic(32, 8));
+    assert!(Sweep::concurrencies(ok, vec![2, 0]).run_blocking().is_err());
+    assert!(!d.exists(), "{} was left behind", d.display());
+    let e = SloSearch::new(base, "ttft:p99<500ms".parse().unwrap()).run_blocking().unwrap_err();
+    assert!(e.to_string().contains("input_len_stddev"), "{e}");
+    assert!(!d.exists(), "{} was left behind", d.display());
+}
