@@ -13,7 +13,22 @@ use quetta::{Benchmark, CompareOptions, RunControl, SearchOver, SloSearch, Steps
 
 use crate::flags::RunArgs;
 
-/// A runtime; Ctrl-C stops `control` (requests in flight drain).
+/// Set by the first Ctrl-C: the command ends with exit status 130 once what was measured
+/// is written.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// 130 (128 + SIGINT) when Ctrl-C stopped the command, else `code`.
+fn exit(code: ExitCode) -> ExitCode {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        eprintln!("interrupted: results above are PARTIAL");
+        ExitCode::from(130)
+    } else {
+        code
+    }
+}
+
+/// A runtime; the first Ctrl-C stops `control` (no new requests, no further sweep steps or
+/// probes; requests in flight drain), a second one exits at once with 130.
 fn runtime(threads: Option<usize>, control: &Arc<RunControl>) -> Result<tokio::runtime::Runtime> {
     let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -23,36 +38,174 @@ fn runtime(threads: Option<usize>, control: &Arc<RunControl>) -> Result<tokio::r
     let c = control.clone();
     rt.spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
             eprintln!(
-                "\ninterrupted: no new requests; waiting for requests in flight (drain timeout)..."
+                "\ninterrupted: no new requests; waiting for requests in flight (drain timeout; Ctrl-C again to quit now)..."
             );
             c.stop();
+        }
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\ninterrupted twice: quitting now (records written so far stay in requests.jsonl; `quetta-bench report DIR` rebuilds the summary)");
+            std::process::exit(130);
         }
     });
     Ok(rt)
 }
 
-/// A progress line on a terminal while `control`'s run goes on.
-fn progress(
-    rt: &tokio::runtime::Runtime,
-    control: &Arc<RunControl>,
-    quiet: bool,
-) -> Option<tokio::task::JoinHandle<()>> {
-    if quiet || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let c = control.clone();
-    Some(rt.spawn(async move {
-        let t0 = Instant::now();
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            tick.tick().await;
-            eprint!("\r\x1b[2K{}", c.progress.line(t0.elapsed().as_secs_f64()));
+/// What a command shows of its progress: a bar on a terminal (done of planned, %, ETA, in
+/// flight, errors, req/s, live TTFT p50; elapsed of the duration for --duration runs), a
+/// heartbeat line every 10 s otherwise, nothing with --quiet. Sweeps and searches name the
+/// step in the bar's prefix.
+struct Display {
+    bar: Option<indicatif::ProgressBar>,
+    prefix: Arc<std::sync::Mutex<(String, Instant)>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Display {
+    fn start(rt: &tokio::runtime::Runtime, control: &Arc<RunControl>, quiet: bool) -> Self {
+        let prefix = Arc::new(std::sync::Mutex::new((String::new(), Instant::now())));
+        if quiet {
+            return Self { bar: None, prefix, task: None };
         }
-    }))
+        let tty = std::io::stderr().is_terminal();
+        let bar = tty.then(|| {
+            let b = indicatif::ProgressBar::new(0);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
+            b
+        });
+        let (c, p, b) = (control.clone(), prefix.clone(), bar.clone());
+        let task = rt.spawn(async move {
+            let mut tick =
+                tokio::time::interval(Duration::from_millis(if tty { 250 } else { 10_000 }));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let (prefix, t0) = p.lock().map_or_else(|e| e.into_inner().clone(), |g| g.clone());
+                let live = Live::read(&c.progress, t0.elapsed());
+                match &b {
+                    Some(b) => live.draw(b, &prefix),
+                    None => eprintln!("[progress] {prefix}{}", live.line()),
+                }
+            }
+        });
+        Self { bar, prefix, task: Some(task) }
+    }
+
+    /// A new step of a sweep or search: its label prefixes the bar, its rate counts anew.
+    fn step(&self, line: &str) {
+        if let Ok(mut g) = self.prefix.lock() {
+            *g = (
+                format!("{} ", line.trim_start_matches("sweep ").split(':').next().unwrap_or("")),
+                Instant::now(),
+            );
+        }
+        self.println(line);
+    }
+
+    fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn finish(self) {
+        if let Some(t) = self.task {
+            t.abort();
+        }
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// A snapshot of a run's live counters.
+struct Live {
+    done: u64,
+    failed: u64,
+    planned: u64,
+    in_flight: u64,
+    elapsed: Duration,
+    duration: Option<Duration>,
+    ttft_p50: Option<f64>,
+}
+
+impl Live {
+    fn read(p: &quetta::Progress, elapsed: Duration) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        let failed = p.failed.load(Relaxed);
+        Self {
+            done: p.completed.load(Relaxed) + failed,
+            failed,
+            planned: p.planned.load(Relaxed),
+            in_flight: p.in_flight.load(Relaxed),
+            elapsed,
+            duration: Some(p.duration_ms.load(Relaxed))
+                .filter(|d| *d > 0)
+                .map(Duration::from_millis),
+            ttft_p50: p.recent_ttft_ms.median(),
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.done as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    fn counts(&self) -> String {
+        format!(
+            "{} in flight, {} err, {:.1} req/s, TTFT p50 {}",
+            self.in_flight,
+            self.failed,
+            self.rate(),
+            self.ttft_p50.map_or("-".into(), |t| format!("{t:.1} ms"))
+        )
+    }
+
+    /// The heartbeat line.
+    fn line(&self) -> String {
+        let of = if self.planned > 0 { format!(" of {}", self.planned) } else { String::new() };
+        format!("{:.0} s: {} done{of}, {}", self.elapsed.as_secs_f64(), self.done, self.counts())
+    }
+
+    fn draw(&self, b: &indicatif::ProgressBar, prefix: &str) {
+        let style = |t: &str| {
+            indicatif::ProgressStyle::with_template(t).map_or_else(
+                |_| indicatif::ProgressStyle::default_bar(),
+                |s| s.progress_chars("=> "),
+            )
+        };
+        b.set_prefix(prefix.to_owned());
+        b.set_message(self.counts());
+        if let (Some(d), 0) = (self.duration, self.planned) {
+            b.set_style(style("{prefix}[{bar:20}] {pos}/{len} s  {msg}"));
+            b.set_length(d.as_secs().max(1));
+            b.set_position(self.elapsed.as_secs().min(d.as_secs()));
+        } else if self.planned > 0 {
+            b.set_style(style("{prefix}[{bar:20}] {pos}/{len} {percent}% ETA {eta}  {msg}"));
+            b.set_length(self.planned);
+            b.set_position(self.done);
+        } else {
+            b.set_style(style("{prefix}{spinner} {pos} done  {msg}"));
+            b.set_position(self.done);
+            b.tick();
+        }
+    }
 }
 
 fn banner(a: &RunArgs) {
+    for w in a.warnings() {
+        eprintln!("warning: {w}");
+    }
     if a.embedded_simulator() {
         eprintln!(
             "no --base-url: benchmarking Quetta's embedded simulator (TTFT {} ms, ITL {} ms)",
@@ -73,26 +226,74 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     banner(a);
-    let p = progress(&rt, &b.control, a.quiet);
+    let display = Display::start(&rt, &b.control, a.quiet);
     let r = rt.block_on(b.run());
-    if let Some(p) = p {
-        p.abort();
-        eprint!("\r\x1b[2K");
-    }
+    display.finish();
     let r = r?;
-    println!("{}", render_summary(&r.summary, r.dir.as_deref()));
-    if let Some(min) = a.min_success_rate {
-        let rate = r.summary.metrics.success_rate();
-        if rate < min {
-            eprintln!(
-                "error: success rate {:.1}% is below --min-success-rate {:.1}%",
-                rate * 100.0,
-                min * 100.0
-            );
-            return Ok(ExitCode::from(1));
-        }
+    let table = render_summary(&r.summary, r.dir.as_deref());
+    if a.json {
+        eprintln!("{table}");
+        println!("{}", serde_json::to_string_pretty(&r.summary)?);
+    } else {
+        println!("{table}");
     }
-    Ok(ExitCode::SUCCESS)
+    if a.save_result {
+        let d = r.dir.as_deref().context("--save-result needs the run's directory")?;
+        let path = save_result(a, &RunDir::open(d)?)?;
+        eprintln!("vLLM result {}", path.display());
+    }
+    Ok(exit(verdict(&r.summary.metrics, a.min_success_rate)))
+}
+
+/// Exit 1 when nothing succeeded or the success rate is below `min`, saying why in the
+/// server's own words.
+fn verdict(m: &quetta::metrics::MetricsSummary, min: f64) -> ExitCode {
+    let why = || {
+        m.top_errors
+            .first()
+            .map_or(String::new(), |e| format!("; most often {}: {}", e.kind, e.message))
+    };
+    if m.completed == 0 {
+        if m.failed == 0 {
+            eprintln!("error: no request was measured");
+        } else {
+            eprintln!("error: all {} measured requests failed{}", m.failed, why());
+        }
+        return ExitCode::from(1);
+    }
+    let rate = m.success_rate();
+    if rate < min {
+        eprintln!(
+            "error: success rate {:.1}% is below --min-success-rate {:.1}%{}",
+            rate * 100.0,
+            min * 100.0,
+            why()
+        );
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--save-result`: the vLLM result JSON in --result-dir, named as vLLM names it.
+fn save_result(a: &RunArgs, d: &RunDir) -> Result<PathBuf> {
+    let v = quetta::export::vllm(d)?;
+    let name = match &a.result_filename {
+        Some(n) => n.clone(),
+        None => {
+            let rate = a
+                .request_rate
+                .filter(|r| r.is_finite())
+                .map_or("inf".to_owned(), |r| r.to_string());
+            let conc = v.max_concurrency.map_or(String::new(), |c| format!("-concurrency{c}"));
+            let model = v.model_id.rsplit('/').next().unwrap_or("model").to_owned();
+            format!("{}-{rate}qps{conc}-{model}-{}.json", v.backend, v.date)
+        }
+    };
+    let dir = a.result_dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join(name);
+    d.write_vllm(&v, &path)?;
+    Ok(path)
 }
 
 /// Flags of `quetta-bench sweep`; every `run` flag applies to each step.
@@ -110,8 +311,10 @@ pub struct SweepArgs {
     /// first (closed loop at --auto-concurrency), then spread --auto-steps rates up to it.
     #[arg(long)]
     rates: Option<String>,
+    /// Concurrency of the closed loop that measures the maximum throughput (--rates auto).
     #[arg(long, default_value_t = 64)]
     auto_concurrency: usize,
+    /// Rates spread up to the measured maximum (--rates auto).
     #[arg(long, default_value_t = 5)]
     auto_steps: usize,
     /// Use the same prompts in every step (by default each step draws fresh ones).
@@ -126,8 +329,10 @@ fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
     Ok(b)
 }
 
-fn say() -> quetta::OnStep {
-    Arc::new(|line: &str| eprintln!("{line}"))
+/// The step callback of a sweep or search: the step's line, and the bar's new prefix.
+fn say(d: &Arc<Display>) -> quetta::OnStep {
+    let d = d.clone();
+    Arc::new(move |line: &str| d.step(line))
 }
 
 pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
@@ -154,12 +359,17 @@ pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
     let rt = runtime(a.run.threads, &b.control)?;
     banner(&a.run);
     let dir = b.output_dir.clone();
+    let display = Arc::new(Display::start(&rt, &b.control, a.run.quiet));
     let mut s = Sweep::new(b, steps);
     s.same_prompts = a.same_prompts;
-    s.on_step = Some(say());
-    let report = rt.block_on(s.run())?;
+    s.on_step = Some(say(&display));
+    let report = rt.block_on(s.run());
+    if let Ok(d) = Arc::try_unwrap(display) {
+        d.finish();
+    }
+    let report = report?;
     print!("{}", report.render(dir.as_deref()));
-    Ok(ExitCode::SUCCESS)
+    Ok(exit(ExitCode::SUCCESS))
 }
 
 /// Flags of `quetta-bench slo`; every `run` flag applies to each probe (`--slo` holds the
@@ -186,6 +396,7 @@ pub struct SloArgs {
     /// A probe with more failed requests than this share fails.
     #[arg(long, default_value_t = 0.01)]
     max_error_rate: f64,
+    /// Give up after this many probes.
     #[arg(long, default_value_t = 24)]
     max_probes: usize,
 }
@@ -209,10 +420,15 @@ pub fn slo(a: SloArgs) -> Result<ExitCode> {
     (s.start, s.max, s.tolerance) = (a.start, a.max, a.tolerance);
     (s.requests_per_probe, s.max_error_rate, s.max_probes) =
         (a.min_requests, a.max_error_rate, a.max_probes);
-    s.on_step = Some(say());
-    let report = rt.block_on(s.run())?;
+    let display = Arc::new(Display::start(&rt, &s.base.control, a.run.quiet));
+    s.on_step = Some(say(&display));
+    let report = rt.block_on(s.run());
+    if let Ok(d) = Arc::try_unwrap(display) {
+        d.finish();
+    }
+    let report = report?;
     print!("{}", report.render(dir.as_deref()));
-    Ok(if report.answer.is_some() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(exit(if report.answer.is_some() { ExitCode::SUCCESS } else { ExitCode::from(1) }))
 }
 
 #[derive(Debug, Args)]
@@ -316,19 +532,25 @@ pub struct CorrectnessArgs {
     /// Server root URL.
     #[arg(long)]
     base_url: String,
+    /// Model name (default: the first model listed by /v1/models).
     #[arg(long)]
     model: Option<String>,
+    /// API key, sent as `Authorization: Bearer` (never written anywhere).
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    #[arg(long, default_value_t = 50)]
+    /// Questions to ask.
+    #[arg(long, visible_alias = "num-prompts", default_value_t = 50)]
     num_requests: u64,
+    /// Questions in flight at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
     /// Largest number to spell (numbers are drawn uniformly from 0..=MAX).
     #[arg(long, default_value_t = 999_999)]
     max_number: u64,
+    /// Longest answer asked for (tokens).
     #[arg(long, default_value_t = 32)]
     max_tokens: u32,
+    /// Seed of the numbers drawn.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write correctness.json here.

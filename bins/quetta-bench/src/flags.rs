@@ -10,9 +10,11 @@ use quetta::workload::dataset::Filters;
 use quetta::workload::spec::{DatasetFormat, SessionFormat, Source, TraceFormat, Vision};
 use quetta::{Arrival, Benchmark, History, Load, SimConfig, Target, WorkloadSpec};
 
+/// A duration flag: `500ms`, `30s`, `2m`; a bare number is seconds (as in vLLM and GuideLLM).
 pub fn duration_arg(s: &str) -> Result<Duration, String> {
-    quetta::metrics::slo::parse_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 500ms, 30s, 2m)"))
+    quetta::metrics::slo::parse_duration_secs(s).ok_or_else(|| {
+        format!("{s:?} is not a duration (e.g. 500ms, 30s, 2m; a bare number is seconds)")
+    })
 }
 
 pub fn positive_f64(s: &str) -> Result<f64, String> {
@@ -44,6 +46,49 @@ macro_rules! choice {
 }
 
 choice!(Endpoint { Chat, Completions });
+
+/// `--endpoint`: `chat`, `completions`, or vLLM's paths `/v1/chat/completions`, `/v1/completions`.
+fn endpoint_arg(s: &str) -> Result<Endpoint, String> {
+    match s.trim().trim_end_matches('/') {
+        "chat" | "/v1/chat/completions" | "/chat/completions" => Ok(Endpoint::Chat),
+        "completions" | "/v1/completions" | "/completions" => Ok(Endpoint::Completions),
+        _ => Err(format!(
+            "{s:?}: expected chat, completions, /v1/chat/completions or /v1/completions"
+        )),
+    }
+}
+
+/// `--request-rate`: requests per second, or `inf` (vLLM's: no schedule, every request at
+/// once, capped by --max-concurrency).
+fn rate_arg(s: &str) -> Result<f64, String> {
+    if matches!(s.trim(), "inf" | "Inf" | "INF" | "infinity") {
+        return Ok(f64::INFINITY);
+    }
+    positive_f64(s).map_err(|e| format!("{e}, or inf"))
+}
+
+/// `--metadata KEY=VALUE`.
+fn key_value_arg(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected KEY=VALUE"))?;
+    if k.trim().is_empty() {
+        return Err(format!("{s:?}: the key is empty"));
+    }
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+choice!(DatasetName {
+    /// Synthetic prompts of --random-input-len tokens (no file).
+    Random,
+    /// Random prompts sent as token ids (completions; needs --tokenizer).
+    RandomIds,
+    /// A ShareGPT JSON file (--dataset-path).
+    Sharegpt,
+    /// The lines of a text file as prompts (--dataset-path): Quetta does not build vLLM's
+    /// sonnet prompts of fixed length from random lines.
+    Sonnet,
+    /// JSONL with a `prompt` field per line (--dataset-path).
+    Custom,
+});
 choice!(DatasetArg { Sharegpt, Jsonl, Text });
 choice!(TraceArg {
     Mooncake,
@@ -65,8 +110,17 @@ impl TraceArg {
 }
 
 choice!(BackendArg {
-    /// Any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, OpenAI).
+    /// Any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, OpenAI); chat API unless
+    /// --endpoint says otherwise.
     Openai,
+    /// OpenAI-compatible, chat API (vLLM's name).
+    OpenaiChat,
+    /// OpenAI-compatible, completions API unless --endpoint says otherwise (as vLLM's).
+    Vllm,
+    /// OpenAI-compatible, completions API unless --endpoint says otherwise.
+    Sglang,
+    /// OpenAI-compatible (TGI's Messages API), completions unless --endpoint says otherwise.
+    Tgi,
     /// A LiteLLM proxy: its x-litellm-* headers are kept, its error objects named by kind.
     Litellm,
     /// An Amazon SageMaker endpoint (--sagemaker-endpoint; SigV4, the AWS credential chain).
@@ -126,6 +180,7 @@ choice!(VertexApiArg {
 
 /// Flags of the managed backends.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Managed endpoints")]
 pub struct ManagedArgs {
     /// SageMaker endpoint name (--backend sagemaker).
     #[arg(long)]
@@ -182,280 +237,397 @@ pub struct ManagedArgs {
 #[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
 pub struct RunArgs {
     /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
-    #[arg(long)]
+    #[arg(help_heading = "Target", long)]
     pub base_url: Option<String>,
-    /// Which kind of endpoint the server is.
-    #[arg(long, value_enum, default_value = "openai")]
-    pub backend: BackendArg,
-    #[command(flatten)]
-    pub managed: ManagedArgs,
-    /// OpenAI API to call.
-    #[arg(long, value_enum, default_value = "chat")]
-    pub endpoint: Endpoint,
+    /// Which kind of endpoint the server is [default: openai].
+    #[arg(help_heading = "Target", long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// OpenAI API to call: chat or completions (or /v1/chat/completions, /v1/completions)
+    /// [default: chat; completions for --backend vllm, sglang and tgi].
+    #[arg(help_heading = "Target", long, value_parser = endpoint_arg)]
+    pub endpoint: Option<Endpoint>,
+    /// Model name (default: the first model listed by /v1/models).
+    #[arg(help_heading = "Target", long)]
+    pub model: Option<String>,
+    /// API key, sent as `Authorization: Bearer` (never written anywhere); with --backend
+    /// litellm, LITELLM_API_KEY is read when OPENAI_API_KEY is not set.
+    #[arg(help_heading = "Target", long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Skip the pre-flight check (GET /v1/models and one one-token request before the run).
+    #[arg(help_heading = "Target", long)]
+    pub no_preflight: bool,
+    /// Extra request header NAME:VALUE (repeatable).
+    #[arg(help_heading = "Target", long = "header", value_parser = header_arg)]
+    pub headers: Vec<(String, String)>,
+    /// Use HTTP/2 with prior knowledge over cleartext.
+    #[arg(help_heading = "Target", long)]
+    pub http2: bool,
+    /// Accept any TLS certificate (testing only; prints a warning).
+    #[arg(help_heading = "Target", long)]
+    pub insecure: bool,
+    /// Trust this extra CA certificate (PEM).
+    #[arg(help_heading = "Target", long)]
+    pub ca_cert: Option<PathBuf>,
     /// Keep this response header in each request record (repeatable; a trailing `*`
     /// matches a prefix, e.g. `x-ratelimit-*`).
-    #[arg(long = "record-header")]
+    #[arg(help_heading = "Target", long = "record-header")]
     pub record_headers: Vec<String>,
-    /// `vision`: attach images to each chat request (image tokens come from usage).
-    #[arg(long, value_enum, default_value = "text")]
-    pub modality: ModalityArg,
-    /// Image files for --modality vision (repeatable; default: the bundled test image).
-    #[arg(long = "image")]
-    pub images: Vec<PathBuf>,
-    /// Images per request.
-    #[arg(long, default_value_t = 1)]
-    pub images_per_request: usize,
-    /// Model name (default: the first model listed by /v1/models).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// API key, sent as `Authorization: Bearer` (never written anywhere).
-    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    /// Embedded simulator: time to first token in ms.
+    #[arg(help_heading = "Target", long, default_value_t = 20.0)]
+    pub sim_ttft_ms: f64,
+    /// Embedded simulator: inter-token latency in ms.
+    #[arg(help_heading = "Target", long, default_value_t = 5.0)]
+    pub sim_itl_ms: f64,
+    /// Embedded simulator: requests it runs at once (its batch limit; more queue).
+    #[arg(help_heading = "Target", long)]
+    pub sim_max_running: Option<usize>,
+    /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
+    #[arg(help_heading = "Target", long = "sim-fault")]
+    pub sim_faults: Vec<quetta::sim::faults::FaultRule>,
+    /// Measured requests to send (default 100 when no --duration is given; a trace: all).
+    #[arg(help_heading = "Load", long, visible_alias = "num-prompts", value_parser = positive_u64)]
+    pub num_requests: Option<u64>,
+    /// Stop sending after this long: seconds, or 500ms, 10m.
+    #[arg(help_heading = "Load", long, value_parser = duration_arg)]
+    pub duration: Option<Duration>,
     /// Closed loop: keep this many requests in flight (default 16 without --request-rate).
-    #[arg(long, value_parser = positive_usize, conflicts_with = "request_rate", allow_negative_numbers = true)]
+    #[arg(help_heading = "Load", long, value_parser = positive_usize, conflicts_with = "request_rate", allow_negative_numbers = true)]
     pub concurrency: Option<usize>,
-    /// Open loop: send this many requests per second on a precomputed schedule.
-    #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
+    /// Open loop: send this many requests per second on a precomputed schedule; `inf`
+    /// (vLLM's): no schedule, all at once, capped by --max-concurrency.
+    #[arg(help_heading = "Load", long, value_parser = rate_arg, allow_negative_numbers = true)]
     pub request_rate: Option<f64>,
+    /// Cap on requests in flight (vLLM's): alone, a closed loop of this many; with
+    /// --request-rate or a trace, waiting for a slot is recorded as queue time.
+    #[arg(help_heading = "Load", long, value_parser = positive_usize)]
+    pub max_concurrency: Option<usize>,
     /// Arrival process of the open loop (requests, or sessions with --session-rate) [default: poisson].
-    #[arg(long, value_enum)]
+    #[arg(help_heading = "Load", long, value_enum)]
     pub arrival: Option<ArrivalArg>,
     /// Gamma shape of inter-arrival gaps (as vLLM's --burstiness); implies --arrival gamma.
-    #[arg(long, value_parser = positive_f64)]
+    #[arg(help_heading = "Load", long, value_parser = positive_f64)]
     pub burstiness: Option<f64>,
     /// Ramp: start at this rate and rise (or fall) linearly to --request-rate over --ramp-over.
-    #[arg(long, requires_all = ["request_rate", "ramp_over"])]
+    #[arg(help_heading = "Load", long, requires_all = ["request_rate", "ramp_over"])]
     pub ramp_from: Option<f64>,
-    /// Length of the ramp (e.g. 60s).
-    #[arg(long, value_parser = duration_arg, requires = "ramp_from")]
+    /// Length of the ramp: seconds, or 500ms, 10m.
+    #[arg(help_heading = "Load", long, value_parser = duration_arg, requires = "ramp_from")]
     pub ramp_over: Option<Duration>,
     /// Bursts: send this many requests at once every --burst-gap.
-    #[arg(long, value_parser = positive_u64, requires = "burst_gap", conflicts_with_all = ["request_rate", "concurrency"])]
+    #[arg(help_heading = "Load", long, value_parser = positive_u64, requires = "burst_gap", conflicts_with_all = ["request_rate", "concurrency"])]
     pub burst_size: Option<u64>,
-    /// Time between bursts (e.g. 10s).
-    #[arg(long, value_parser = duration_arg, requires = "burst_size")]
+    /// Time between bursts: seconds, or 500ms, 10m.
+    #[arg(help_heading = "Load", long, value_parser = duration_arg, requires = "burst_size")]
     pub burst_gap: Option<Duration>,
-    /// Cap on requests in flight in the open loop; waiting is recorded as queue time.
-    #[arg(long, value_parser = positive_usize)]
-    pub max_concurrency: Option<usize>,
-    /// Measured requests to send (default 100 when no --duration is given; a trace: all).
-    #[arg(long, value_parser = positive_u64)]
-    pub num_requests: Option<u64>,
-    /// Stop sending after this long (e.g. 60s).
-    #[arg(long, value_parser = duration_arg)]
-    pub duration: Option<Duration>,
     /// Requests sent first and left out of the results.
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Load", long, default_value_t = 0)]
     pub warmup: u64,
-    /// Time requests in flight get to finish after the last send (or Ctrl-C).
-    #[arg(long, value_parser = duration_arg, default_value = "30s")]
-    pub drain_timeout: Duration,
+    /// Sessions running at once (per-session and interleaved pacing) [default: 8].
+    #[arg(help_heading = "Load", long, value_parser = positive_usize, conflicts_with = "session_rate")]
+    pub session_concurrency: Option<usize>,
+    /// Open loop over sessions: start this many sessions per second (--arrival applies).
+    #[arg(help_heading = "Load", long, value_parser = positive_f64, allow_negative_numbers = true)]
+    pub session_rate: Option<f64>,
+    /// How sessions send their turns (recorded: sessions start at their `start_ms`).
+    #[arg(help_heading = "Load", long, value_enum, default_value = "per-session")]
+    pub pacing: PacingArg,
+    /// Pause between a reply and the next turn: 0, 200ms, exp:2s, uniform:500ms-3s, or
+    /// recorded[:FALLBACK]; a bare number is seconds.
+    #[arg(help_heading = "Load", long, default_value = "0")]
+    pub think_time: String,
+    /// Measured sessions to run (default: each session of the file once; synthesis: 16).
+    #[arg(help_heading = "Load", long, value_parser = positive_u64)]
+    pub num_sessions: Option<u64>,
+    /// End the run early when requests in flight keep rising; the summary says so.
+    #[arg(help_heading = "Load", long)]
+    pub stop_on_saturation: bool,
+    /// Runtime worker threads (default: one per CPU).
+    #[arg(help_heading = "Load", long)]
+    pub threads: Option<usize>,
+    /// Seed of the schedule and the prompts.
+    #[arg(help_heading = "Load", long, default_value_t = 0)]
+    pub seed: u64,
     /// A named workload profile (see `quetta-bench profiles`); explicit flags override it.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub profile: Option<String>,
     /// A TOML file of user profiles (looked up before the built-in ones).
-    #[arg(long, requires = "profile")]
+    #[arg(help_heading = "Workload", long, requires = "profile")]
     pub profile_file: Option<PathBuf>,
     /// Prompts from a dataset file.
-    #[arg(long, conflicts_with = "trace")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        visible_alias = "dataset-path",
+        conflicts_with = "trace"
+    )]
     pub dataset: Option<PathBuf>,
-    /// Format of --dataset.
-    #[arg(long, value_enum, default_value = "sharegpt", requires = "dataset")]
-    pub dataset_format: DatasetArg,
+    /// Format of --dataset [default: sharegpt].
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_enum,
+        requires = "dataset",
+        conflicts_with = "dataset_name"
+    )]
+    pub dataset_format: Option<DatasetArg>,
+    /// vLLM's dataset choice: random (synthetic), random-ids, sharegpt, sonnet or custom
+    /// (the last three read --dataset-path).
+    #[arg(help_heading = "Workload", long, value_enum)]
+    pub dataset_name: Option<DatasetName>,
+    /// Synthetic lengths drawn uniformly from [len·(1−r), len·(1+r)] (vLLM's), 0 ≤ r < 1.
+    #[arg(help_heading = "Workload", long)]
+    pub random_range_ratio: Option<f64>,
+    /// Tokens of one prefix shared by every synthetic prompt, before its own
+    /// --random-input-len tokens (vLLM's).
+    #[arg(help_heading = "Workload", long)]
+    pub random_prefix_len: Option<u32>,
+    /// Mean prompt length in tokens (synthetic prompts) [default: 128, or the profile's].
+    #[arg(help_heading = "Workload", long, visible_alias = "random-input-len", value_parser = clap::value_parser!(u32).range(1..))]
+    pub input_len: Option<u32>,
+    /// Mean output length in tokens (max_tokens) [default: 128, or the profile's].
+    #[arg(help_heading = "Workload", long, visible_alias = "random-output-len", value_parser = clap::value_parser!(u32).range(1..))]
+    pub output_len: Option<u32>,
+    /// Standard deviation of the prompt length [default: 0, or the profile's].
+    #[arg(help_heading = "Workload", long)]
+    pub input_len_stddev: Option<f64>,
+    /// Standard deviation of the output length [default: 0, or the profile's].
+    #[arg(help_heading = "Workload", long)]
+    pub output_len_stddev: Option<f64>,
     /// Drop dataset prompts shorter than this (tokens).
-    #[arg(long, requires = "dataset")]
+    #[arg(help_heading = "Workload", long, requires = "dataset")]
     pub min_input_len: Option<u32>,
     /// Drop dataset prompts longer than this (tokens).
-    #[arg(long, requires = "dataset")]
+    #[arg(help_heading = "Workload", long, requires = "dataset")]
     pub max_input_len: Option<u32>,
     /// Drop dataset entries whose output length is above this.
-    #[arg(long, requires = "dataset")]
+    #[arg(help_heading = "Workload", long, requires = "dataset")]
     pub max_output_len: Option<u32>,
     /// Lengths (and, without --request-rate or --concurrency, arrival gaps) from a
     /// distribution file written by `quetta-bench workload fit`.
-    #[arg(long, conflicts_with_all = ["trace", "dataset"])]
+    #[arg(help_heading = "Workload", long, conflicts_with_all = ["trace", "dataset"])]
     pub workload: Option<PathBuf>,
     /// Replay a request trace (arrival times, input and output lengths).
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub trace: Option<PathBuf>,
     /// Format of --trace.
-    #[arg(long, value_enum, default_value = "mooncake", requires = "trace")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_enum,
+        default_value = "mooncake",
+        requires = "trace"
+    )]
     pub trace_format: TraceArg,
     /// Columns of a csv/jsonl trace: timestamp=COL,input=COL,output=COL[,unit=s|ms]
     /// (default: BurstGPT's Timestamp, Request tokens, Response tokens in seconds).
-    #[arg(long, default_value = "")]
+    #[arg(help_heading = "Workload", long, default_value = "")]
     pub trace_columns: String,
     /// Replay the trace (or recorded session starts) this many times faster.
-    #[arg(long, value_parser = positive_f64, default_value_t = 1.0)]
+    #[arg(help_heading = "Workload", long, value_parser = positive_f64, default_value_t = 1.0)]
     pub trace_speed: f64,
     /// Tokens per prefix block of Mooncake hash_ids.
-    #[arg(long, default_value_t = 512)]
+    #[arg(help_heading = "Workload", long, default_value_t = 512)]
     pub block_size: u32,
     /// Tokenizer for exact prompt lengths: a tokenizer.json path or a Hugging Face model id.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub tokenizer: Option<String>,
     /// Send prompts as token ids (completions endpoint; needs --tokenizer).
-    #[arg(long, requires = "tokenizer")]
+    #[arg(help_heading = "Workload", long, requires = "tokenizer")]
     pub token_ids: bool,
     /// Multi-turn sessions from this file (see --session-format).
-    #[arg(long, conflicts_with_all = ["trace", "dataset", "workload"])]
+    #[arg(help_heading = "Workload", long, conflicts_with_all = ["trace", "dataset", "workload"])]
     pub sessions: Option<PathBuf>,
     /// Format of --sessions.
-    #[arg(long, value_enum, default_value = "sharegpt", requires = "sessions")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_enum,
+        default_value = "sharegpt",
+        requires = "sessions"
+    )]
     pub session_format: SessionArg,
-    /// Sessions running at once (per-session and interleaved pacing) [default: 8].
-    #[arg(long, value_parser = positive_usize, conflicts_with = "session_rate")]
-    pub session_concurrency: Option<usize>,
-    /// Open loop over sessions: start this many sessions per second (--arrival applies).
-    #[arg(long, value_parser = positive_f64, allow_negative_numbers = true)]
-    pub session_rate: Option<f64>,
-    /// How sessions send their turns (recorded: sessions start at their `start_ms`).
-    #[arg(long, value_enum, default_value = "per-session")]
-    pub pacing: PacingArg,
-    /// Pause between a reply and the next turn: 0, 200ms, exp:2s, uniform:500ms-3s, or recorded[:FALLBACK].
-    #[arg(long, default_value = "0")]
-    pub think_time: String,
+    /// Which replies earlier turns carry.
+    #[arg(help_heading = "Workload", long, value_enum, default_value = "engine")]
+    pub history: HistoryArg,
+    /// Keep at most this many turns of each session.
+    #[arg(help_heading = "Workload", long, value_parser = positive_usize)]
+    pub max_turns: Option<usize>,
     /// Header carrying each request's session id for sticky routing (`none`: no header).
-    #[arg(long, default_value = "x-session-id")]
+    #[arg(help_heading = "Workload", long, default_value = "x-session-id")]
     pub session_header: String,
     /// Body field carrying the session id (`none`: no field).
-    #[arg(long, default_value = "user")]
+    #[arg(help_heading = "Workload", long, default_value = "user")]
     pub session_body_field: String,
-    /// Which replies earlier turns carry.
-    #[arg(long, value_enum, default_value = "engine")]
-    pub history: HistoryArg,
-    /// Measured sessions to run (default: each session of the file once; synthesis: 16).
-    #[arg(long, value_parser = positive_u64)]
-    pub num_sessions: Option<u64>,
-    /// Keep at most this many turns of each session.
-    #[arg(long, value_parser = positive_usize)]
-    pub max_turns: Option<usize>,
+    /// `vision`: attach images to each chat request (image tokens come from usage).
+    #[arg(help_heading = "Workload", long, value_enum, default_value = "text")]
+    pub modality: ModalityArg,
+    /// Image files for --modality vision (repeatable; default: the bundled test image).
+    #[arg(help_heading = "Workload", long = "image")]
+    pub images: Vec<PathBuf>,
+    /// Images per request.
+    #[arg(help_heading = "Workload", long, default_value_t = 1)]
+    pub images_per_request: usize,
     /// `stress`: unique random-token prompts, ignore_eos and min_tokens = max_tokens.
-    #[arg(long, value_enum, default_value = "normal")]
+    #[arg(help_heading = "Workload", long, value_enum, default_value = "normal")]
     pub mode: ModeArg,
-    /// Scrape the server's Prometheus metrics during the run (`auto`: BASE_URL/metrics).
-    #[arg(long)]
-    pub server_metrics: Option<String>,
-    /// Interval between two scrapes.
-    #[arg(long, value_parser = duration_arg, default_value = "1s")]
-    pub server_metrics_interval: Duration,
-    /// Sample the local NVIDIA GPUs through NVML during the run (gpu.jsonl; energy per token).
-    #[arg(long)]
-    pub gpu_telemetry: bool,
-    /// Interval between two GPU samples.
-    #[arg(long, value_parser = duration_arg, default_value = "100ms")]
-    pub gpu_interval: Duration,
-    /// End the run early when requests in flight keep rising; the summary says so.
-    #[arg(long)]
-    pub stop_on_saturation: bool,
-    /// POST to this path of the server after the warmup (e.g. /reset_prefix_cache).
-    #[arg(long)]
-    pub reset_prefix_cache: Option<String>,
-    /// Mean prompt length in tokens (synthetic prompts) [default: 128, or the profile's].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub input_len: Option<u32>,
-    /// Standard deviation of the prompt length [default: 0, or the profile's].
-    #[arg(long)]
-    pub input_len_stddev: Option<f64>,
-    /// Mean output length in tokens (max_tokens) [default: 128, or the profile's].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub output_len: Option<u32>,
-    /// Standard deviation of the output length [default: 0, or the profile's].
-    #[arg(long)]
-    pub output_len_stddev: Option<f64>,
     /// Ask the server to ignore end-of-sequence.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub ignore_eos: bool,
     /// Ask for exactly the planned output length (ignore_eos and min_tokens = max_tokens).
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub exact_output_length: bool,
     /// Do not stream (TTFT then equals E2E).
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub no_stream: bool,
     /// Sampling temperature.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub temperature: Option<f64>,
     /// Nucleus sampling top_p.
-    #[arg(long)]
+    #[arg(help_heading = "Workload", long)]
     pub top_p: Option<f64>,
-    /// Seed of the schedule and the prompts.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// SLOs: per request (goodput) ttft:500ms,tpot:50ms, or for the run ttft:p99<500ms.
-    #[arg(long)]
-    pub slo: Option<String>,
-    /// Extra percentiles to report, e.g. 75,99.99.
-    #[arg(long, value_delimiter = ',')]
-    pub percentiles: Vec<f64>,
+    /// Extra JSON body fields, as a JSON object.
+    #[arg(help_heading = "Workload", long)]
+    pub extra_body: Option<String>,
+    /// POST to this path of the server after the warmup (e.g. /reset_prefix_cache).
+    #[arg(help_heading = "Workload", long)]
+    pub reset_prefix_cache: Option<String>,
     /// Directory for the results (default quetta-results/run-TIMESTAMP).
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub output_dir: Option<PathBuf>,
     /// Write into an output directory that already holds a run.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub overwrite: bool,
-    /// Use HTTP/2 with prior knowledge over cleartext.
-    #[arg(long)]
-    pub http2: bool,
-    /// Accept any TLS certificate (testing only; prints a warning).
-    #[arg(long)]
-    pub insecure: bool,
-    /// Trust this extra CA certificate (PEM).
-    #[arg(long)]
-    pub ca_cert: Option<PathBuf>,
-    /// Extra request header NAME:VALUE (repeatable).
-    #[arg(long = "header", value_parser = header_arg)]
-    pub headers: Vec<(String, String)>,
-    /// Extra JSON body fields, as a JSON object.
-    #[arg(long)]
-    pub extra_body: Option<String>,
-    /// Limit on establishing a connection (TCP and TLS).
-    #[arg(long, value_parser = duration_arg)]
-    pub connect_timeout: Option<Duration>,
-    /// Time to first token limit.
-    #[arg(long, value_parser = duration_arg)]
-    pub ttft_timeout: Option<Duration>,
-    /// Longest silence between two events of a response.
-    #[arg(long, value_parser = duration_arg)]
-    pub idle_timeout: Option<Duration>,
-    /// Limit on a whole request.
-    #[arg(long, value_parser = duration_arg)]
-    pub request_timeout: Option<Duration>,
-    /// Retry a request that failed before any token up to this many times (counted apart).
-    #[arg(long, default_value_t = 0)]
-    pub retries: u32,
-    /// First wait before a retry, doubling each time; a server's Retry-After wins.
-    #[arg(long, value_parser = duration_arg, default_value = "500ms")]
-    pub retry_backoff: Duration,
-    /// Exit non-zero when fewer than this share of requests succeed (0..1).
-    #[arg(long)]
-    pub min_success_rate: Option<f64>,
-    /// Embedded simulator: time to first token in ms.
-    #[arg(long, default_value_t = 20.0)]
-    pub sim_ttft_ms: f64,
-    /// Embedded simulator: inter-token latency in ms.
-    #[arg(long, default_value_t = 5.0)]
-    pub sim_itl_ms: f64,
-    /// Embedded simulator: requests it runs at once (its batch limit; more queue).
-    #[arg(long)]
-    pub sim_max_running: Option<usize>,
-    /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
-    #[arg(long = "sim-fault")]
-    pub sim_faults: Vec<quetta::sim::faults::FaultRule>,
-    /// Runtime worker threads (default: one per CPU).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// SLOs: per request (goodput) ttft:500ms,tpot:50ms, or for the run ttft:p99<500ms.
+    #[arg(help_heading = "Output", long)]
+    pub slo: Option<String>,
+    /// Extra percentiles to report, e.g. 75,99.99.
+    #[arg(
+        help_heading = "Output",
+        long,
+        visible_alias = "metric-percentiles",
+        value_delimiter = ','
+    )]
+    pub percentiles: Vec<f64>,
+    /// vLLM's: the metrics whose percentiles to show (ttft,tpot,itl,e2el); Quetta shows
+    /// every metric's, so this only checks the names.
+    #[arg(help_heading = "Output", long, value_delimiter = ',')]
+    pub percentile_metrics: Vec<String>,
+    /// vLLM's per-request thresholds, in ms: `--goodput ttft:500 tpot:50` (the same as
+    /// --slo ttft:500ms,tpot:50ms).
+    #[arg(help_heading = "Output", long, num_args = 1..)]
+    pub goodput: Vec<String>,
+    /// Also write the result JSON of vLLM's `bench serve --save-result --save-detailed`.
+    #[arg(help_heading = "Output", long)]
+    pub save_result: bool,
+    /// Directory of --save-result's file [default: the current directory].
+    #[arg(help_heading = "Output", long)]
+    pub result_dir: Option<PathBuf>,
+    /// Name of --save-result's file [default: vLLM's BACKEND-RATEqps[-concurrencyN]-MODEL-DATE.json].
+    #[arg(help_heading = "Output", long)]
+    pub result_filename: Option<String>,
+    /// KEY=VALUE pairs kept in summary.json and shown by compare and the reports
+    /// (repeatable, or several after one flag).
+    #[arg(help_heading = "Output", long, num_args = 1.., value_parser = key_value_arg)]
+    pub metadata: Vec<(String, String)>,
+    /// A name for the run, kept in summary.json and shown by compare and the reports.
+    #[arg(help_heading = "Output", long)]
+    pub label: Option<String>,
+    /// Print summary.json to stdout, and nothing else there (the table goes to stderr).
+    #[arg(help_heading = "Output", long)]
+    pub json: bool,
+    /// Exit 1 when fewer than this share of the measured requests succeed (0..1); a run in
+    /// which nothing succeeded always exits 1.
+    #[arg(help_heading = "Output", long, default_value_t = 0.9)]
+    pub min_success_rate: f64,
     /// Print the planned schedule and exit without sending anything.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub dry_run: bool,
     /// No progress line.
-    #[arg(long, short)]
+    #[arg(help_heading = "Output", long, short)]
     pub quiet: bool,
+    /// Limit on establishing a connection (TCP and TLS): seconds, or 500ms.
+    #[arg(help_heading = "Timeouts", long, value_parser = duration_arg)]
+    pub connect_timeout: Option<Duration>,
+    /// Time to first token limit: seconds, or 500ms, 2m.
+    #[arg(help_heading = "Timeouts", long, value_parser = duration_arg)]
+    pub ttft_timeout: Option<Duration>,
+    /// Longest silence between two events of a response: seconds, or 500ms.
+    #[arg(help_heading = "Timeouts", long, value_parser = duration_arg)]
+    pub idle_timeout: Option<Duration>,
+    /// Limit on a whole request: seconds, or 500ms, 10m.
+    #[arg(help_heading = "Timeouts", long, value_parser = duration_arg)]
+    pub request_timeout: Option<Duration>,
+    /// Time requests in flight get to finish after the last send (or Ctrl-C): seconds, or
+    /// 500ms, 10m.
+    #[arg(help_heading = "Timeouts", long, value_parser = duration_arg, default_value = "30s")]
+    pub drain_timeout: Duration,
+    /// Retry a request that failed before any token up to this many times (counted apart).
+    #[arg(help_heading = "Timeouts", long, default_value_t = 0)]
+    pub retries: u32,
+    /// First wait before a retry, doubling each time; a server's Retry-After wins: seconds,
+    /// or 500ms.
+    #[arg(help_heading = "Timeouts", long, value_parser = duration_arg, default_value = "500ms")]
+    pub retry_backoff: Duration,
+    /// Scrape the server's Prometheus metrics during the run (`auto`: BASE_URL/metrics).
+    #[arg(help_heading = "Telemetry", long)]
+    pub server_metrics: Option<String>,
+    /// Interval between two scrapes: seconds, or 500ms.
+    #[arg(help_heading = "Telemetry", long, value_parser = duration_arg, default_value = "1s")]
+    pub server_metrics_interval: Duration,
+    /// Sample the local NVIDIA GPUs through NVML during the run (gpu.jsonl; energy per token).
+    #[arg(help_heading = "Telemetry", long)]
+    pub gpu_telemetry: bool,
+    /// Interval between two GPU samples: seconds, or 100ms.
+    #[arg(help_heading = "Telemetry", long, value_parser = duration_arg, default_value = "100ms")]
+    pub gpu_interval: Duration,
+    #[command(flatten)]
+    pub managed: ManagedArgs,
 }
 
 impl RunArgs {
     /// Whether the run targets Quetta's embedded simulator.
     pub fn embedded_simulator(&self) -> bool {
-        self.base_url.is_none() && matches!(self.backend, BackendArg::Openai | BackendArg::Litellm)
+        self.base_url.is_none()
+            && !matches!(self.backend(), BackendArg::Sagemaker | BackendArg::Vertex)
+    }
+
+    pub fn backend(&self) -> BackendArg {
+        self.backend.unwrap_or(BackendArg::Openai)
+    }
+
+    /// The API of the flags: --endpoint, else the backend's default (vLLM's backends call
+    /// the completions API, as `vllm bench serve` does).
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint.unwrap_or(match (self.backend(), self.dataset_name) {
+            (_, Some(DatasetName::RandomIds)) => Endpoint::Completions,
+            (BackendArg::Vllm | BackendArg::Sglang | BackendArg::Tgi, _) => Endpoint::Completions,
+            _ => Endpoint::Chat,
+        })
+    }
+
+    /// Warnings about flags whose meaning differs from the same words in vLLM.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.backend == Some(BackendArg::Openai) && self.endpoint.is_none() {
+            w.push("--backend openai calls the chat API here; vLLM's --backend openai calls /v1/completions (give --endpoint /v1/completions for that)".into());
+        }
+        if self.dataset_name == Some(DatasetName::Sonnet) {
+            w.push("--dataset-name sonnet: each line of --dataset-path is one prompt; vLLM builds its sonnet prompts of fixed length from random lines".into());
+        }
+        if self.backend() == BackendArg::Litellm && self.api_key().is_none() {
+            w.push("--backend litellm without a key (--api-key, OPENAI_API_KEY or LITELLM_API_KEY): a proxy with a master key refuses every request".into());
+        }
+        w
+    }
+
+    /// The API key: --api-key (or OPENAI_API_KEY), and for LiteLLM also LITELLM_API_KEY.
+    fn api_key(&self) -> Option<String> {
+        let env = || std::env::var("LITELLM_API_KEY").ok();
+        let key = match self.backend() {
+            BackendArg::Litellm => self.api_key.clone().or_else(env),
+            _ => self.api_key.clone(),
+        };
+        key.filter(|k| !k.is_empty())
     }
 
     fn multiturn(&self) -> bool {
@@ -468,7 +640,7 @@ impl RunArgs {
     /// The target of the flags.
     fn target(&self) -> Result<Target> {
         let m = &self.managed;
-        let mut t = match (self.backend, &self.base_url) {
+        let mut t = match (self.backend(), &self.base_url) {
             (BackendArg::Sagemaker | BackendArg::Vertex, Some(_)) => bail!("--base-url is for OpenAI-compatible servers; with --backend sagemaker use --aws-endpoint-url, with vertex --vertex-endpoint-url"),
             (BackendArg::Sagemaker, None) => {
                 use quetta::managed::{Payload, SageMakerConfig};
@@ -505,7 +677,7 @@ impl RunArgs {
                 Target::vertex(c)
             }
             (BackendArg::Litellm, Some(u)) => Target::litellm(u),
-            (BackendArg::Openai, Some(u)) => Target::openai(u),
+            (_, Some(u)) => Target::openai(u),
             (_, None) => Target::simulator(SimConfig {
                 ttft: Duration::from_secs_f64(self.sim_ttft_ms.max(0.0) / 1e3),
                 itl: Duration::from_secs_f64(self.sim_itl_ms.max(0.0) / 1e3),
@@ -514,11 +686,12 @@ impl RunArgs {
                 ..SimConfig::default()
             }),
         };
-        if self.endpoint == Endpoint::Completions {
+        if self.endpoint() == Endpoint::Completions {
             t = t.completions();
         }
         t.model.clone_from(&self.model);
-        t.api_key = self.api_key.clone().filter(|k| !k.is_empty());
+        t.api_key = self.api_key();
+        t.preflight = !self.no_preflight;
         t.insecure = self.insecure;
         t.ca_cert.clone_from(&self.ca_cert);
         t.http2 = self.http2;
@@ -543,10 +716,14 @@ impl RunArgs {
             let format = self.trace_format.format();
             Source::Trace { path: p.clone(), format, columns: self.trace_columns.clone() }
         } else if let Some(p) = &self.dataset {
-            let format = match self.dataset_format {
-                DatasetArg::Sharegpt => DatasetFormat::Sharegpt,
-                DatasetArg::Jsonl => DatasetFormat::Jsonl,
-                DatasetArg::Text => DatasetFormat::Text,
+            let format = match (self.dataset_format, self.dataset_name) {
+                (Some(DatasetArg::Jsonl), _) | (None, Some(DatasetName::Custom)) => {
+                    DatasetFormat::Jsonl
+                }
+                (Some(DatasetArg::Text), _) | (None, Some(DatasetName::Sonnet)) => {
+                    DatasetFormat::Text
+                }
+                _ => DatasetFormat::Sharegpt,
             };
             let filters = Filters {
                 min_input_len: self.min_input_len,
@@ -567,9 +744,11 @@ impl RunArgs {
             input_stddev: self.input_len_stddev,
             output_len: self.output_len,
             output_stddev: self.output_len_stddev,
-            chat: self.endpoint == Endpoint::Chat,
+            range_ratio: self.random_range_ratio,
+            prefix_len: self.random_prefix_len,
+            chat: self.endpoint() == Endpoint::Chat,
             tokenizer: self.tokenizer.clone(),
-            token_ids: self.token_ids,
+            token_ids: self.token_ids || self.dataset_name == Some(DatasetName::RandomIds),
             stress: self.mode == ModeArg::Stress,
             vision: (self.modality == ModalityArg::Vision).then(|| Vision {
                 images: self.images.clone(),
@@ -616,6 +795,21 @@ impl RunArgs {
         {
             bail!("--arrival and --burstiness shape an open loop: give --request-rate (or --session-rate)");
         }
+        if self.concurrency.is_some() && cap.is_some() {
+            bail!("--concurrency and --max-concurrency both set the requests in flight of a closed loop: give one");
+        }
+        if self.request_rate == Some(f64::INFINITY) {
+            if self.ramp_from.is_some() {
+                bail!("--ramp-from needs a finite --request-rate to ramp to");
+            }
+            // vLLM's `inf`: no schedule; every request at once, or --max-concurrency at a time
+            let n = match (cap, self.duration) {
+                (Some(c), _) => c,
+                (None, None) => usize::try_from(self.num_requests.unwrap_or(100)).unwrap_or(usize::MAX),
+                (None, Some(_)) => bail!("--request-rate inf with --duration sends without end: cap it with --max-concurrency"),
+            };
+            return Ok(Some(Load::closed(n)));
+        }
         if let (Some(size), Some(gap)) = (self.burst_size, self.burst_gap) {
             let size = u32::try_from(size).unwrap_or(u32::MAX);
             return Ok(open(1.0, Arrival::Bursts { size, gap }));
@@ -642,17 +836,41 @@ impl RunArgs {
             });
         match (cap, replay) {
             (Some(_), true) => Ok(Some(Load::Recorded { max_concurrency: cap })),
-            (Some(_), false) if self.profile_file.is_none() => bail!("--max-concurrency caps an open loop: use it with --request-rate or --trace (closed loops use --concurrency)"),
+            // vLLM's default rate is inf: --max-concurrency alone is a closed loop
+            (Some(c), false) if self.profile_file.is_none() => Ok(Some(Load::closed(c))),
             _ => Ok(None),
         }
     }
 
     /// The one conversion of the flags to a benchmark (no I/O).
     pub fn to_benchmark(&self) -> Result<Benchmark> {
-        if let Some(r) = self.min_success_rate {
-            if !(0.0..=1.0).contains(&r) {
-                bail!("--min-success-rate must be between 0 and 1, got {r}");
-            }
+        let r = self.min_success_rate;
+        if !(0.0..=1.0).contains(&r) {
+            bail!("--min-success-rate must be between 0 and 1, got {r}");
+        }
+        const VLLM_METRICS: [&str; 4] = ["ttft", "tpot", "itl", "e2el"];
+        if let Some(m) = self.percentile_metrics.iter().find(|m| !VLLM_METRICS.contains(&m.trim()))
+        {
+            bail!("--percentile-metrics: {m:?} is not one of {}", VLLM_METRICS.join(", "));
+        }
+        if self
+            .dataset_name
+            .is_some_and(|d| matches!(d, DatasetName::Random | DatasetName::RandomIds))
+            && self.dataset.is_some()
+        {
+            bail!("--dataset-name random makes its own prompts: drop --dataset-path, or name the file's format (sharegpt, custom, sonnet)");
+        }
+        if self.dataset_name.is_some_and(|d| {
+            matches!(d, DatasetName::Sharegpt | DatasetName::Sonnet | DatasetName::Custom)
+        }) && self.dataset.is_none()
+        {
+            bail!(
+                "--dataset-name {:?} reads a file: give --dataset-path FILE",
+                self.dataset_name
+                    .map(|d| d.to_possible_value().map(|v| v.get_name().to_owned()))
+                    .unwrap_or_default()
+                    .unwrap_or_default()
+            );
         }
         let mut b = Benchmark::new(self.target()?).workload(self.workload());
         b.load = self.load()?;
@@ -660,7 +878,20 @@ impl RunArgs {
         b.duration = self.duration;
         b.warmup = self.warmup;
         b.drain_timeout = self.drain_timeout;
-        b.slos = self.slo.as_deref().map(str::parse).transpose().context("--slo")?;
+        let slos: Vec<&str> = self
+            .slo
+            .iter()
+            .map(String::as_str)
+            .chain(self.goodput.iter().map(String::as_str))
+            .collect();
+        b.slos = (!slos.is_empty())
+            .then(|| slos.join(","))
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .context(if self.goodput.is_empty() { "--slo" } else { "--slo/--goodput" })?;
+        b.label.clone_from(&self.label);
+        b.metadata = self.metadata.iter().cloned().collect();
         b.percentiles.clone_from(&self.percentiles);
         b.output_dir =
             Some(self.output_dir.clone().unwrap_or_else(|| quetta::RunDir::default_path("run")));

@@ -18,22 +18,47 @@ struct Cli {
     command: Command,
 }
 
+/// Each subcommand's help ends with one command that works as written (`tests/help.rs`
+/// runs those of run, sweep and slo).
+const RUN_EXAMPLE: &str = "Example:\n  quetta-bench run --num-prompts 50 --max-concurrency 8 --random-input-len 256 --random-output-len 64";
+const SWEEP_EXAMPLE: &str = "Example:\n  quetta-bench sweep --concurrencies 8,32 --num-prompts 64";
+const SLO_EXAMPLE: &str = "Example:\n  quetta-bench slo --slo 'ttft:p99<500ms,tpot:p99<40ms' --search concurrency --start 4 --max 16 --min-requests 20";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a benchmark (against the embedded simulator when no --base-url is given).
+    #[command(after_help = RUN_EXAMPLE)]
     Run(Box<flags::RunArgs>),
     /// A run per concurrency or request rate, with a sweep table and sweep.json.
+    #[command(after_help = SWEEP_EXAMPLE)]
     Sweep(Box<commands::SweepArgs>),
     /// Find the highest request rate (or concurrency) meeting percentile objectives:
-    /// `--slo ttft:p99<500ms,tpot:p99<40ms`.
+    /// `--slo 'ttft:p99<500ms,tpot:p99<40ms'`.
+    #[command(after_help = SLO_EXAMPLE)]
     Slo(Box<commands::SloArgs>),
     /// Per-metric deltas of two runs with confidence intervals and significance tests.
+    #[command(
+        after_help = "Example:\n  quetta-bench compare quetta-results/run-A quetta-results/run-B --fail-on-regression 5%"
+    )]
     Compare(Box<commands::CompareArgs>),
     /// Export a run's records as CSV or Parquet, or as the result JSON of vLLM's `bench serve`.
+    #[command(after_help = "Example:\n  quetta-bench export quetta-results/run-A --format vllm")]
     Export(commands::ExportArgs),
     /// Numbers spelled in words; the model must answer the digits (llmperf's check).
+    #[command(
+        after_help = "Example:\n  quetta-bench correctness --base-url http://127.0.0.1:8000 --num-requests 20"
+    )]
     Correctness(commands::CorrectnessArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    #[command(
+        after_help = "Example:\n  quetta-bench completions bash > ~/.local/share/bash-completion/completions/quetta-bench"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// List the named workload profiles.
+    #[command(after_help = "Example:\n  quetta-bench profiles")]
     Profiles {
         /// Also list the profiles of this TOML file.
         #[arg(long)]
@@ -41,6 +66,7 @@ enum Command {
     },
     /// Show a run or sweep, rebuild the summary of a run that died without one, and write
     /// report.html and report.pdf.
+    #[command(after_help = "Example:\n  quetta-bench report quetta-results/run-A")]
     Report {
         /// The run's (or sweep's) output directory.
         dir: PathBuf,
@@ -53,9 +79,13 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum WorkloadCmd {
     /// Fit input-length, output-length and inter-arrival distributions from a trace.
+    #[command(
+        after_help = "Example:\n  quetta-bench workload fit trace.jsonl --trace-format mooncake -o dist.json"
+    )]
     Fit {
         /// The trace file.
         trace: PathBuf,
+        /// Format of the trace.
         #[arg(long, value_enum, default_value = "mooncake")]
         trace_format: flags::TraceArg,
         /// Columns of a csv/jsonl trace (see `run --trace-columns`).
@@ -89,6 +119,16 @@ fn main() -> ExitCode {
         Command::Compare(a) => commands::compare(&a),
         Command::Export(a) => commands::export(&a),
         Command::Correctness(a) => commands::correctness(&a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "quetta-bench",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Profiles { profile_file } => commands::profiles(profile_file.as_deref()),
         Command::Report { dir } => commands::report(&dir),
         Command::Workload(WorkloadCmd::Fit { trace, trace_format, trace_columns, output }) => {

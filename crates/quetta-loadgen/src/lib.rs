@@ -37,6 +37,7 @@
 //!
 //! let workload = SyntheticSpec {
 //!     input_len: 128, input_stddev: 0.0, output_len: 64, output_stddev: 0.0, chat: true, seed: 0,
+//!     ..SyntheticSpec::default()
 //! };
 //! // 8 requests in flight, 100 requests
 //! let out = Runner::new(engine, RunConfig::closed(8, 100))

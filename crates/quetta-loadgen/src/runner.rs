@@ -50,7 +50,18 @@ pub enum RunError {
     BeforeMeasured(String),
 }
 
-/// Live counters, readable at any time (progress bars).
+/// Live counters, readable at any time (progress bars): those of the measured phase from
+/// its start on.
+///
+/// ```
+/// use std::sync::atomic::Ordering::Relaxed;
+/// let c = quetta_loadgen::RunControl::new();
+/// // a display reads them while the run goes on
+/// let p = &c.progress;
+/// let done = p.completed.load(Relaxed) + p.failed.load(Relaxed);
+/// assert_eq!((done, p.planned.load(Relaxed)), (0, 0));
+/// assert_eq!(p.recent_ttft_ms.median(), None);
+/// ```
 #[derive(Debug, Default)]
 pub struct Progress {
     pub warmup_done: AtomicU64,
@@ -58,6 +69,13 @@ pub struct Progress {
     pub in_flight: AtomicU64,
     pub completed: AtomicU64,
     pub failed: AtomicU64,
+    /// TTFTs of the last completed requests (the live TTFT p50 of a progress bar).
+    pub recent_ttft_ms: quetta_metrics::live::RecentMedian,
+    /// Measured requests planned, set when the measured phase starts (0: not known, as for
+    /// sessions and duration-bounded closed loops).
+    pub planned: AtomicU64,
+    /// The run's duration limit in ms (0: none).
+    pub duration_ms: AtomicU64,
 }
 
 impl Progress {
@@ -74,7 +92,11 @@ impl Progress {
     /// A request has ended: deliver its observation and count it.
     pub(crate) fn account(&self, g: Guard) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if g.finish() {
+        let (ok, ttft) = g.finish();
+        if ok {
+            if let Some(t) = ttft {
+                self.recent_ttft_ms.push(t.as_secs_f64() * 1e3);
+            }
             self.completed.fetch_add(1, Ordering::Relaxed);
         } else {
             self.failed.fetch_add(1, Ordering::Relaxed);
@@ -492,6 +514,17 @@ async fn run_requests(
         h.call().await?;
     }
     let (tx, rx) = mpsc::channel::<Observation>();
+    let prog = &sh.control.progress;
+    let known = match (&cfg.load, &offsets) {
+        (Load::Closed { .. }, _) => cfg.num_requests,
+        (_, offsets) => offsets.as_ref().map(|v| v.len() as u64),
+    };
+    // the counters from here on are the measured phase's (warmup requests have all ended)
+    prog.completed.store(0, Ordering::Relaxed);
+    prog.failed.store(0, Ordering::Relaxed);
+    prog.planned.store(known.unwrap_or(0), Ordering::Relaxed);
+    let ms = cfg.duration.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    prog.duration_ms.store(ms, Ordering::Relaxed);
     let m = Measured::begin(sh, rx, sink, observers, warm);
     let deadline = cfg.duration.map(|d| m.run_start + d);
     let planned = match (&cfg.load, offsets) {

@@ -65,16 +65,11 @@ impl Default for ThinkTime {
 }
 
 /// Milliseconds of `200ms`, `2s` or a bare number of milliseconds.
+/// Milliseconds of a think-time duration: `200ms`, `2s`, and a bare number is seconds.
 fn ms_of(s: &str) -> Result<f64, String> {
-    let s = s.trim();
-    if let Ok(v) = s.parse::<f64>() {
-        if v.is_finite() && v >= 0.0 {
-            return Ok(v);
-        }
-    }
-    quetta_metrics::slo::parse_duration(s)
-        .map(|d| d.as_secs_f64() * 1e3)
-        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 0, 200ms, 2s)"))
+    quetta_metrics::slo::parse_duration_secs(s).map(|d| d.as_secs_f64() * 1e3).ok_or_else(|| {
+        format!("{:?} is not a duration (e.g. 0, 200ms, 2s; a bare number is seconds)", s.trim())
+    })
 }
 
 fn draw_of(s: &str) -> Result<Draw, String> {
@@ -602,7 +597,10 @@ mod tests {
             ("0", "0ms"),
             ("20ms", "20ms"),
             ("2s", "2000ms"),
+            ("2", "2000ms"),
+            ("0.5", "500ms"),
             ("exp:2s", "exp:2000ms"),
+            ("uniform:1-3", "uniform:1000ms-3000ms"),
             ("uniform:500ms-3s", "uniform:500ms-3000ms"),
             ("recorded", "recorded:0ms"),
             ("recorded:exp:1s", "recorded:exp:1000ms"),

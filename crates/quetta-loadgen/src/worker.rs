@@ -2,7 +2,7 @@
 
 use std::future::poll_fn;
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quetta_engine::{Engine, EngineError, EngineRequest, EventKind, EventStream};
 use quetta_metrics::Observation;
@@ -161,12 +161,14 @@ impl Guard {
         Self { obs: Some(obs), tx, run_start }
     }
 
-    /// Deliver the finished observation; returns whether it succeeded.
-    pub(crate) fn finish(mut self) -> bool {
+    /// Deliver the finished observation; returns whether it succeeded, and its TTFT (sent
+    /// to first token).
+    pub(crate) fn finish(mut self) -> (bool, Option<Duration>) {
         let o = self.obs.take().expect("observation present until finished");
         let ok = o.error.is_none();
+        let ttft = o.first_token.zip(o.sent).map(|(f, s)| f.saturating_sub(s));
         let _ = self.tx.send(o);
-        ok
+        (ok, ttft)
     }
 }
 

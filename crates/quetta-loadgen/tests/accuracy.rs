@@ -27,6 +27,7 @@ fn spec(input: u32, output: u32) -> SyntheticSpec {
         output_stddev: 0.0,
         chat: true,
         seed: 1,
+        ..SyntheticSpec::default()
     }
 }
 

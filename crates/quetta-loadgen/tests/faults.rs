@@ -43,6 +43,7 @@ fn run_with_retries(
         output_stddev: 0.0,
         chat: true,
         seed: 1,
+        ..SyntheticSpec::default()
     };
     let sink = VecSink::default();
     let mut rc = RunConfig::closed(2, 8);

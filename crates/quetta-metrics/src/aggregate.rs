@@ -288,6 +288,23 @@ pub struct Stats {
     pub extra: BTreeMap<String, Option<f64>>,
 }
 
+/// Distinct error messages an aggregate keeps (a bound on its size whatever the run).
+pub const MAX_ERROR_MESSAGES: usize = 64;
+/// Characters of an error message kept.
+pub const MAX_ERROR_MESSAGE_CHARS: usize = 500;
+/// Error messages a summary shows.
+pub const TOP_ERRORS: usize = 3;
+
+/// Failed requests that ended with one error message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorMessage {
+    /// The error kind (docs/METRICS.md), e.g. `http_5xx`.
+    pub kind: String,
+    /// The message: the server's own text where it gave one (first 500 characters).
+    pub message: String,
+    pub count: u64,
+}
+
 /// Mergeable, serialisable aggregate of request records.
 #[derive(Debug, Clone)]
 pub struct Aggregate {
@@ -295,6 +312,9 @@ pub struct Aggregate {
     pub completed: u64,
     pub failed: u64,
     pub errors: BTreeMap<String, u64>,
+    /// Failed requests per distinct error message (the server's own text), at most
+    /// [`MAX_ERROR_MESSAGES`] distinct ones; later new messages are counted by kind only.
+    pub error_messages: BTreeMap<String, ErrorMessage>,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cached_tokens: u64,
@@ -388,6 +408,10 @@ pub struct MetricsSummary {
     pub ttft_from_intended_ms: Stats,
     pub e2e_from_intended_ms: Stats,
     pub errors: BTreeMap<String, u64>,
+    /// The most frequent error messages (the server's own text), at most 3, most frequent
+    /// first: what a failed run says first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_errors: Vec<ErrorMessage>,
     /// Goodput of the per-request thresholds of `--slo` (none without them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<Goodput>,
@@ -438,6 +462,7 @@ impl Aggregate {
             completed: 0,
             failed: 0,
             errors: BTreeMap::new(),
+            error_messages: BTreeMap::new(),
             input_tokens: 0,
             output_tokens: 0,
             cached_tokens: 0,
@@ -500,7 +525,9 @@ impl Aggregate {
         }
         if !r.ok() {
             self.failed += 1;
-            *self.errors.entry(r.error_kind.clone().unwrap_or_default()).or_default() += 1;
+            let kind = r.error_kind.clone().unwrap_or_default();
+            self.count_message(&kind, r.error.as_deref().unwrap_or(""), 1);
+            *self.errors.entry(kind).or_default() += 1;
             return;
         }
         self.completed += 1;
@@ -537,6 +564,27 @@ impl Aggregate {
         *self.output_sources.entry(r.output_token_source).or_default() += 1;
     }
 
+    fn count_message(&mut self, kind: &str, message: &str, n: u64) {
+        let message: String = message.chars().take(MAX_ERROR_MESSAGE_CHARS).collect();
+        let full = self.error_messages.len() >= MAX_ERROR_MESSAGES;
+        match self.error_messages.get_mut(&message) {
+            Some(m) => m.count += n,
+            None if !full => {
+                let m = ErrorMessage { kind: kind.to_owned(), message: message.clone(), count: n };
+                self.error_messages.insert(message, m);
+            }
+            None => {}
+        }
+    }
+
+    /// The most frequent error messages, most frequent first (ties: by message), at most `n`.
+    pub fn top_errors(&self, n: usize) -> Vec<ErrorMessage> {
+        let mut v: Vec<ErrorMessage> = self.error_messages.values().cloned().collect();
+        v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.message.cmp(&b.message)));
+        v.truncate(n);
+        v
+    }
+
     /// Merge another aggregate (another worker, machine or run segment) into this one.
     /// Both must use the same SLOs; windows are joined, which assumes one clock.
     pub fn merge(&mut self, o: &Aggregate) {
@@ -547,6 +595,9 @@ impl Aggregate {
         self.failed += o.failed;
         for (k, v) in &o.errors {
             *self.errors.entry(k.clone()).or_default() += v;
+        }
+        for m in o.error_messages.values() {
+            self.count_message(&m.kind, &m.message, m.count);
         }
         self.input_tokens += o.input_tokens;
         self.output_tokens += o.output_tokens;
@@ -662,6 +713,7 @@ impl Aggregate {
             ttft_from_intended_ms: s(Metric::TtftFromIntended),
             e2e_from_intended_ms: s(Metric::E2eFromIntended),
             errors: self.errors.clone(),
+            top_errors: self.top_errors(TOP_ERRORS),
             goodput,
             slo_verdict: self.slos.as_ref().and_then(|s| s.verdict(self)),
             per_turn: self.per_turn.iter().map(|(t, a)| a.summary(*t, extra_percentiles)).collect(),
@@ -678,6 +730,8 @@ struct Wire {
     completed: u64,
     failed: u64,
     errors: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    error_messages: Vec<ErrorMessage>,
     input_tokens: u64,
     output_tokens: u64,
     cached_tokens: u64,
@@ -793,6 +847,7 @@ impl Serialize for Aggregate {
             completed: self.completed,
             failed: self.failed,
             errors: self.errors.clone(),
+            error_messages: self.error_messages.values().cloned().collect(),
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
             cached_tokens: self.cached_tokens,
@@ -849,6 +904,7 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.completed = w.completed;
         agg.failed = w.failed;
         agg.errors = w.errors;
+        agg.error_messages = w.error_messages.into_iter().map(|m| (m.message.clone(), m)).collect();
         agg.input_tokens = w.input_tokens;
         agg.output_tokens = w.output_tokens;
         agg.cached_tokens = w.cached_tokens;

@@ -15,12 +15,13 @@
 //! - [`series`]: the per-second series, steady state and over-saturation;
 //! - [`telemetry`]: the server's own metrics and its GPUs' energy, as typed reports, energy
 //!   per output token and hit rates; [`client`]: the client's own resource use;
-//! - [`rates`]: the achieved send rate.
+//! - [`rates`]: the achieved send rate; [`live`]: the live TTFT p50 of progress displays.
 //!
 //! No async runtime, no I/O.
 
 mod aggregate;
 pub mod client;
+pub mod live;
 mod record;
 pub mod series;
 pub mod slo;
@@ -28,7 +29,7 @@ pub mod stats;
 pub mod telemetry;
 
 pub use aggregate::{
-    percentile_key, Aggregate, Goodput, Metric, MetricsSummary, Stats, TurnSummary,
+    percentile_key, Aggregate, ErrorMessage, Goodput, Metric, MetricsSummary, Stats, TurnSummary,
 };
 pub use client::{ClientStats, Host};
 pub use record::{CachedSource, Observation, RequestRecord, TokenSource};

@@ -137,9 +137,29 @@ pub enum SloError {
 /// Parse a duration such as `500ms`, `1.5s`, `250us`, `2m`, `12h`, `30d`; a bare number is
 /// milliseconds.
 pub fn parse_duration(s: &str) -> Option<Duration> {
+    parse_duration_bare(s, "ms")
+}
+
+/// A duration of the command line and of configuration (`--duration 60`, `--request-timeout
+/// 600`, `--think-time 2`): `500ms`, `30s`, `2m`, and a bare number is **seconds**, as in
+/// vLLM and GuideLLM. (SLO thresholds keep vLLM's milliseconds: [`parse_duration`].)
+///
+/// ```
+/// use std::time::Duration;
+/// use quetta_metrics::slo::parse_duration_secs;
+/// assert_eq!(parse_duration_secs("60"), Some(Duration::from_secs(60)));
+/// assert_eq!(parse_duration_secs("0.5"), Some(Duration::from_millis(500)));
+/// assert_eq!(parse_duration_secs("250ms"), Some(Duration::from_millis(250)));
+/// assert_eq!(parse_duration_secs("-1"), None);
+/// ```
+pub fn parse_duration_secs(s: &str) -> Option<Duration> {
+    parse_duration_bare(s, "s")
+}
+
+fn parse_duration_bare(s: &str, bare: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) =
-        s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, "ms"), |i| s.split_at(i));
+        s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, bare), |i| s.split_at(i));
     let v: f64 = num.trim().parse().ok()?;
     if !(v.is_finite() && v >= 0.0) {
         return None;

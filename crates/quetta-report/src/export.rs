@@ -173,6 +173,56 @@ pub struct VllmResult {
     pub median_e2el_ms: Option<f64>,
     pub std_e2el_ms: Option<f64>,
     pub p99_e2el_ms: Option<f64>,
+    /// The API called, as vLLM names it (`openai-chat` or `openai`, the completions API).
+    pub endpoint_type: String,
+    /// The run's `--label` (vLLM: the backend's name when none was given).
+    pub label: Option<String>,
+    /// Per request, end-to-end latency in seconds (0 for a failed request).
+    pub latencies: Vec<f64>,
+    /// Per request, the time it waited for a concurrency slot, in seconds.
+    pub queue_times: Vec<f64>,
+    /// Per request, the send time in seconds from the start of the measured phase.
+    pub start_times: Vec<f64>,
+    /// The most requests in flight at once (from the records' send and end times).
+    pub max_concurrent_requests: u64,
+    /// The most output tokens in one second of the run (token-bearing chunks, from each
+    /// request's first-token time and inter-token gaps).
+    pub max_output_tokens_per_s: f64,
+    /// Real-time factor of audio transcription: 0 for text generation.
+    pub rtfx: f64,
+}
+
+/// The most requests in flight at once: a sweep over send (+1) and end (−1) times.
+fn max_in_flight(recs: &[RequestRecord]) -> u64 {
+    let mut ev: Vec<(f64, i64)> = Vec::with_capacity(recs.len() * 2);
+    for r in recs {
+        if let Some(sent) = r.sent_offset_ms {
+            ev.push((sent, 1));
+            ev.push((r.end_offset_ms.max(sent), -1));
+        }
+    }
+    // ends before starts at one instant: a slot handed on is not two in flight
+    ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, d) in ev {
+        now += d;
+        peak = peak.max(now);
+    }
+    u64::try_from(peak).unwrap_or(0)
+}
+
+/// The most token-bearing chunks that arrived within one whole second of the run.
+fn max_tokens_per_s(recs: &[RequestRecord]) -> f64 {
+    let mut per_s: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for r in recs.iter().filter(|r| r.ok()) {
+        let Some(mut t) = r.first_token_offset_ms else { continue };
+        *per_s.entry((t.max(0.0) / 1e3) as u64).or_default() += 1;
+        for g in &r.itl_ms {
+            t += g;
+            *per_s.entry((t.max(0.0) / 1e3) as u64).or_default() += 1;
+        }
+    }
+    per_s.values().copied().max().unwrap_or(0) as f64
 }
 
 /// vLLM's `request_rate`: a number, or the string `"inf"`.
@@ -209,7 +259,7 @@ pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
             .replace('T', "-")
             .trim_end_matches('Z')
             .to_owned(),
-        backend: "openai-chat".into(),
+        backend: vllm_backend(c).into(),
         model_id: s.target.model.clone(),
         tokenizer_id: c.tokenizer.clone(),
         num_prompts: recs.len(),
@@ -258,5 +308,28 @@ pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
         median_e2el_ms,
         std_e2el_ms,
         p99_e2el_ms,
+        endpoint_type: vllm_backend(c).into(),
+        label: c.label.clone(),
+        latencies: recs
+            .iter()
+            .map(|r| if r.ok() { r.e2e_ms.unwrap_or(0.0) / 1e3 } else { 0.0 })
+            .collect(),
+        queue_times: recs.iter().map(|r| r.queue_ms / 1e3).collect(),
+        start_times: recs
+            .iter()
+            .map(|r| r.sent_offset_ms.unwrap_or(r.started_offset_ms) / 1e3)
+            .collect(),
+        max_concurrent_requests: max_in_flight(recs),
+        max_output_tokens_per_s: max_tokens_per_s(recs),
+        rtfx: 0.0,
+    }
+}
+
+/// vLLM's name of the API a run called.
+fn vllm_backend(c: &crate::RunSettings) -> &'static str {
+    if c.endpoint == "completions" {
+        "openai"
+    } else {
+        "openai-chat"
     }
 }

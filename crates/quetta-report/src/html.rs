@@ -279,9 +279,37 @@ fn errors_table(s: &mut String, m: &quetta_metrics::MetricsSummary) {
         let _ = write!(s, "<tr><td>{}</td><td>{v}</td></tr>", esc(k));
     }
     s.push_str("</table>");
+    if !m.top_errors.is_empty() {
+        s.push_str("<table class=\"kv\"><tr><th>requests</th><th>kind</th><th>most frequent messages, in the server's words</th></tr>");
+        for e in &m.top_errors {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                e.count,
+                esc(&e.kind),
+                esc(&e.message)
+            );
+        }
+        s.push_str("</table>");
+    }
 }
 
-const CSS: &str = "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1000px;color:#222}h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}.kv td{text-align:left}.hl{display:flex;flex-wrap:wrap;gap:10px}.hl div{border:1px solid #ccc;border-radius:4px;padding:8px 12px;min-width:140px}.hl b{display:block;font-size:18px}svg{display:block;margin:8px 0}.note{color:#a33}";
+/// A banner for a run cut short or a run in which every request failed (empty otherwise).
+fn banner(s: &mut String, sum: &Summary) {
+    if let Some(p) = crate::partial_label(sum) {
+        let _ = write!(s, "<p class=\"banner\">{}</p>", esc(&p));
+    }
+    let m = &sum.metrics;
+    if m.completed == 0 && m.failed > 0 {
+        let _ = write!(
+            s,
+            "<p class=\"banner\">FAILED: every one of the {} measured requests failed</p>",
+            m.failed
+        );
+    }
+}
+
+const CSS: &str = "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1000px;color:#222}h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}.kv td{text-align:left}.hl{display:flex;flex-wrap:wrap;gap:10px}.hl div{border:1px solid #ccc;border-radius:4px;padding:8px 12px;min-width:140px}.hl b{display:block;font-size:18px}svg{display:block;margin:8px 0}.note{color:#a33}.banner{background:#fde8e8;border:1px solid #c33;color:#900;font-weight:bold;padding:8px 12px}code{white-space:pre-wrap}";
 
 fn highlights(s: &mut String, items: &[(String, String)]) {
     s.push_str("<div class=\"hl\">");
@@ -306,6 +334,16 @@ pub fn run_highlights(m: &quetta_metrics::MetricsSummary) -> Vec<(String, String
 fn run_section(s: &mut String, r: &RunData, heading: &str) {
     let m = &r.summary.metrics;
     let _ = write!(s, "<h2>{}</h2>", esc(heading));
+    banner(s, &r.summary);
+    if m.completed == 0 {
+        // nothing was measured: the errors are the result, and there is nothing to draw
+        s.push_str("<h3>Errors</h3>");
+        errors_table(s, m);
+        for n in &r.summary.notes {
+            let _ = write!(s, "<p class=\"note\">{}</p>", esc(n));
+        }
+        return;
+    }
     highlights(s, &run_highlights(m));
     metric_table_html(s, m);
     for c in run_charts(r) {
@@ -338,9 +376,9 @@ pub fn render(res: &Results) -> String {
                 esc(&r.summary.tool),
                 esc(&r.summary.tool_version)
             );
+            run_section(&mut s, r, "Results");
             s.push_str("<h2>Configuration</h2>");
             config_table(&mut s, &r.summary);
-            run_section(&mut s, r, "Results");
         }
         Results::Sweep(sw) => sweep_body(&mut s, sw),
     }
@@ -392,6 +430,11 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
         s.push_str("<tr>");
         for k in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1)) {
             let _ = write!(s, "<td>{}</td>", ms(st.column(k)));
+        }
+        if st.partial {
+            let ended = st.completed + st.failed;
+            let of = st.planned.map_or(String::new(), |p| format!(": {ended} of {p}"));
+            let _ = write!(s, "<td class=\"note\">PARTIAL{of}</td>");
         }
         s.push_str("</tr>");
     }

@@ -25,8 +25,9 @@ mod sweep;
 pub use compare::{compare, CompareOptions, CompareReport, MetricComparison};
 pub use dir::{files, Records, ReportError, RunDir, RunManifest};
 pub use summary::{
-    metric_table, render_summary, turn_table, verdict_line, ClientStats, Host, RunSettings,
-    SessionSettings, SessionsSummary, SimSettings, Summary, Target, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    error_lines, metric_table, partial_label, render_summary, turn_table, verdict_line,
+    ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, SimSettings, Summary, Target,
+    SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 

@@ -214,9 +214,18 @@ fn config_lines(p: &mut Page, r: &RunData) {
     }
 }
 
-fn run_pages(d: &mut Doc, r: &RunData, heading: &str) {
-    let mut p = d.page();
+/// A run's results from `p` on (the summary first, the charts after).
+fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     p.line(heading, 14.0);
+    let m = &r.summary.metrics;
+    if let Some(l) = crate::partial_label(&r.summary) {
+        p.line(&l, 12.0);
+    }
+    if m.completed == 0 {
+        p.line(&format!("FAILED: every one of the {} measured requests failed", m.failed), 12.0);
+        error_lines(&mut p, m);
+        return;
+    }
     let hl: Vec<String> =
         run_highlights(&r.summary.metrics).iter().map(|(k, v)| format!("{k}: {v}")).collect();
     for h in hl.chunks(3) {
@@ -224,11 +233,7 @@ fn run_pages(d: &mut Doc, r: &RunData, heading: &str) {
     }
     p.y += 2.0;
     p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
-    if !r.summary.metrics.errors.is_empty() {
-        let e: Vec<String> =
-            r.summary.metrics.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        p.line(&format!("errors: {}", e.join(", ")), 9.0);
-    }
+    error_lines(&mut p, m);
     let charts = run_charts(r);
     let y0 = p.y + 2.0;
     for (i, c) in charts.iter().take(2).enumerate() {
@@ -239,6 +244,19 @@ fn run_pages(d: &mut Doc, r: &RunData, heading: &str) {
         for (i, c) in pair.iter().enumerate() {
             p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
         }
+    }
+}
+
+/// Error kinds, then the most frequent messages (cut to fit the line).
+fn error_lines(p: &mut Page, m: &quetta_metrics::MetricsSummary) {
+    if m.errors.is_empty() {
+        return;
+    }
+    let e: Vec<String> = m.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    p.line(&format!("errors: {}", e.join(", ")), 9.0);
+    for t in &m.top_errors {
+        let msg: String = t.message.chars().take(110).collect();
+        p.line(&format!("  {} x {}: {msg}", t.count, t.kind), 8.0);
     }
 }
 
@@ -261,9 +279,10 @@ pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
                 9.0,
             );
             p.y += 3.0;
+            run_pages(&mut d, p, r, "Results");
+            let mut p = d.page();
             p.line("Configuration", 12.0);
             config_lines(&mut p, r);
-            run_pages(&mut d, r, "Results");
         }
         Results::Sweep(sw) => sweep_pages(&mut d, sw),
     }

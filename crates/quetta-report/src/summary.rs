@@ -42,6 +42,10 @@ pub struct RunSettings {
     pub input_len_stddev: f64,
     pub output_len: u32,
     pub output_len_stddev: f64,
+    /// Synthetic lengths drawn uniformly from `[len·(1−r), len·(1+r)]`.
+    pub range_ratio: Option<f64>,
+    /// Tokens of one prefix shared by every synthetic prompt.
+    pub prefix_len: Option<u32>,
     pub ignore_eos: bool,
     pub exact_output_length: bool,
     pub stream: bool,
@@ -60,6 +64,10 @@ pub struct RunSettings {
     pub reset_prefix_cache: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionSettings>,
+    /// The run's name (`--label`).
+    pub label: Option<String>,
+    /// `--metadata KEY=VALUE` pairs.
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// The embedded simulator's settings.
@@ -349,12 +357,65 @@ pub fn verdict_line(v: &SloVerdict) -> String {
     format!("{}: {}", if v.pass { "PASS" } else { "FAIL" }, each.join("; "))
 }
 
+/// `PARTIAL: 18 of 200 planned` for a run that was cut short (`PARTIAL` alone when no count
+/// was planned), as the terminal, the sweep table and the reports show it; `None` for a
+/// whole run.
+pub fn partial_label(sum: &Summary) -> Option<String> {
+    if !sum.partial {
+        return None;
+    }
+    let ended = sum.metrics.completed + sum.metrics.failed;
+    Some(match sum.planned {
+        Some(p) => format!("PARTIAL: {ended} of {p} planned"),
+        None => "PARTIAL".to_owned(),
+    })
+}
+
+/// The errors of a run: counts by kind, then the most frequent messages in the server's
+/// own words.
+pub fn error_lines(m: &MetricsSummary) -> String {
+    let mut s = String::new();
+    if m.errors.is_empty() {
+        let _ = writeln!(s, "errors     none");
+        return s;
+    }
+    let e: Vec<String> = m.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let _ = writeln!(s, "errors     {}", e.join(", "));
+    for t in &m.top_errors {
+        let msg: String = t.message.chars().take(200).collect();
+        let more = if t.message.chars().count() > 200 { "..." } else { "" };
+        let _ = writeln!(s, "  {:>6} x  {}: {msg}{more}", t.count, t.kind);
+    }
+    s
+}
+
+/// The metric tables and the errors of a run; the errors alone when nothing succeeded.
+fn results_block(m: &MetricsSummary) -> String {
+    let mut s = String::new();
+    let all_failed = m.completed == 0 && m.failed > 0;
+    if all_failed {
+        let _ = writeln!(s, "\nFAILED     every one of the {} measured requests failed", m.failed);
+        s.push_str(&error_lines(m));
+    } else {
+        let _ = writeln!(s);
+        s.push_str(&metric_table(m));
+        if !m.per_turn.is_empty() {
+            let _ = writeln!(s);
+            s.push_str(&turn_table(m));
+        }
+        let _ = writeln!(s);
+        s.push_str(&error_lines(m));
+    }
+    s
+}
+
 /// The terminal summary of a run.
 pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
     let m = &sum.metrics;
     let mut s = String::new();
     let t = &sum.target;
-    let _ = writeln!(s, "\n== Quetta results{} ==", if sum.partial { " (PARTIAL)" } else { "" });
+    let partial = partial_label(sum).map_or(String::new(), |p| format!(" ({p})"));
+    let _ = writeln!(s, "\n== Quetta results{partial} ==");
     let _ = writeln!(
         s,
         "target     {} {} model {}{}",
@@ -416,18 +477,7 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             r * 100.0
         );
     }
-    let _ = writeln!(s);
-    s.push_str(&metric_table(m));
-    if !m.per_turn.is_empty() {
-        let _ = writeln!(s);
-        s.push_str(&turn_table(m));
-    }
-    if m.errors.is_empty() {
-        let _ = writeln!(s, "\nerrors     none");
-    } else {
-        let e: Vec<String> = m.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        let _ = writeln!(s, "\nerrors     {}", e.join(", "));
-    }
+    s.push_str(&results_block(m));
     if let Some(g) = &m.goodput {
         let per: Vec<String> =
             g.share_meeting.iter().map(|(k, v)| format!("{k} {:.1}%", v * 100.0)).collect();

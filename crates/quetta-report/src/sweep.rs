@@ -130,16 +130,18 @@ impl SweepStep {
 /// ```
 /// use quetta_report::{SweepKind, SweepReport, SweepStep};
 /// let step = |c: f64, t: f64| SweepStep { concurrency: Some(c), request_throughput: t, ..Default::default() };
-/// let r = SweepReport::new(SweepKind::Concurrency, vec![step(1.0, 10.0), step(4.0, 30.0)], false, vec![]);
+/// let cut = SweepStep { partial: true, planned: Some(100), completed: 6, ..step(8.0, 90.0) };
+/// let r = SweepReport::new(SweepKind::Concurrency, vec![step(1.0, 10.0), step(4.0, 30.0), cut], false, vec![]);
+/// // the step cut short is no peak, and its row says how much of it ran
 /// assert_eq!(r.peak.as_ref().unwrap().concurrency, Some(4.0));
-/// assert!(r.table().contains("req/s"));
+/// assert!(r.table().contains("req/s") && r.table().contains("PARTIAL: 6 of 100"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepReport {
     pub schema_version: u32,
     pub kind: SweepKind,
     pub steps: Vec<SweepStep>,
-    /// The step with the highest request throughput.
+    /// The step with the highest request throughput among those not cut short.
     pub peak: Option<SweepStep>,
     pub total_errors: u64,
     /// Whether every step sent the same prompts.
@@ -148,7 +150,8 @@ pub struct SweepReport {
 }
 
 impl SweepReport {
-    /// A report of `steps` (the peak is the highest throughput).
+    /// A report of `steps` (the peak is the highest throughput of the steps that ran to
+    /// their end: a step cut short is no peak).
     pub fn new(
         kind: SweepKind,
         steps: Vec<SweepStep>,
@@ -157,6 +160,7 @@ impl SweepReport {
     ) -> Self {
         let peak = steps
             .iter()
+            .filter(|s| !s.partial)
             .max_by(|x, y| x.request_throughput.total_cmp(&y.request_throughput))
             .cloned();
         Self {
@@ -184,6 +188,13 @@ impl SweepReport {
             let _ = write!(s, "{:>12}", figure(Some(st.value())));
             for (_, k) in SWEEP_COLUMNS {
                 let _ = write!(s, "{:>11}", figure(st.column(k)));
+            }
+            if st.partial {
+                let ended = st.completed + st.failed;
+                let _ = match st.planned {
+                    Some(p) => write!(s, "  PARTIAL: {ended} of {p}"),
+                    None => write!(s, "  PARTIAL"),
+                };
             }
             s.push('\n');
         }

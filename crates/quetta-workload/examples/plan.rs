@@ -31,6 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 output_stddev: profile.output_stddev,
                 chat: true,
                 seed: 0,
+                ..SyntheticSpec::default()
             };
             (Box::new(spec), Schedule::new(Arrival::Poisson, rate, 0)?.take_n(10))
         }

@@ -36,6 +36,7 @@
 //! // 256-token prompts (words, without a tokenizer), 128 tokens out.
 //! let mut w = SyntheticSpec {
 //!     input_len: 256, input_stddev: 0.0, output_len: 128, output_stddev: 0.0, chat: true, seed: 7,
+//!     ..SyntheticSpec::default()
 //! };
 //! let first = w.request(0).unwrap();
 //! assert_eq!((first.input_tokens, first.max_tokens), (256, 128));

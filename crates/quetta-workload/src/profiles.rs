@@ -186,13 +186,29 @@ pub fn builtin() -> Vec<Profile> {
 
 /// A built-in profile by name, or an error listing the names.
 pub fn find(name: &str) -> Result<Profile, WorkloadError> {
-    builtin().into_iter().find(|p| p.name == name).ok_or_else(|| WorkloadError::Invalid {
-        name: "profile",
-        reason: format!(
-            "unknown profile {name:?}; known: {}",
-            builtin().iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
-        ),
+    builtin().into_iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<&str> = builtin().iter().map(|p| p.name).collect();
+        WorkloadError::Invalid {
+            name: "profile",
+            reason: format!(
+                "unknown profile {name:?}{}; known: {}",
+                did_you_mean(name, &names)
+                    .map_or(String::new(), |n| format!(" (did you mean {n:?}?)")),
+                names.join(", ")
+            ),
+        }
     })
+}
+
+/// The closest of `names` to a misspelt `name`, when it is close (Jaro-Winkler ≥ 0.8, as
+/// clap suggests flags).
+pub fn did_you_mean<'a>(name: &str, names: &[&'a str]) -> Option<&'a str> {
+    names
+        .iter()
+        .map(|n| (strsim::jaro_winkler(name, n), *n))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n)
 }
 
 /// A profile defined by a user in a TOML file (`--profile-file`): the built-in fields, plus

@@ -116,6 +116,12 @@ pub struct WorkloadSpec {
     /// Mean output length in tokens (`max_tokens`) [default: 128, or the profile's].
     pub output_len: Option<u32>,
     pub output_stddev: Option<f64>,
+    /// Synthetic lengths drawn uniformly from `[len·(1−r), len·(1+r)]` (vLLM's
+    /// `--random-range-ratio`); 0 or none: fixed lengths (or the stddevs' normal draw).
+    pub range_ratio: Option<f64>,
+    /// Tokens of one prefix shared by every synthetic prompt, before its own `input_len`
+    /// tokens (vLLM's `--random-prefix-len`).
+    pub prefix_len: Option<u32>,
     /// Chat messages (the chat endpoint) or raw prompts (completions).
     pub chat: bool,
     /// A `tokenizer.json` path, or a model id in the local Hugging Face cache, for prompts of
@@ -145,6 +151,8 @@ impl Default for WorkloadSpec {
             input_stddev: None,
             output_len: None,
             output_stddev: None,
+            range_ratio: None,
+            prefix_len: None,
             chat: true,
             tokenizer: None,
             token_ids: false,
@@ -452,6 +460,13 @@ impl WorkloadSpec {
         if self.stress && !matches!(self.source, Source::Synthetic) {
             return bad("stress mode", "it builds its own unique random-token prompts: drop --sessions, --trace, --dataset, --workload and multi-turn or trace profiles");
         }
+        let shaped = self.range_ratio.is_some_and(|r| r > 0.0) || self.prefix_len.unwrap_or(0) > 0;
+        if shaped && !matches!(self.source, Source::Synthetic) {
+            return bad("random range ratio and prefix", "they shape synthetic (random) prompts: drop --dataset, --trace, --sessions, --workload and --profile, or the range ratio and prefix");
+        }
+        if self.stress && self.prefix_len.unwrap_or(0) > 0 {
+            return bad("random prefix", "stress mode makes every prompt unique from its first token: a shared prefix contradicts it");
+        }
         if self.token_ids && self.chat {
             return bad("token ids", "--token-ids needs --endpoint completions (chat takes text)");
         }
@@ -485,6 +500,8 @@ impl WorkloadSpec {
             output_stddev: self.output_stddev.unwrap_or(0.0),
             chat: self.chat,
             seed: self.seed,
+            range_ratio: self.range_ratio.unwrap_or(0.0),
+            prefix_len: self.prefix_len.unwrap_or(0),
         }
     }
 
@@ -678,13 +695,6 @@ pub fn load_trace(
 
 impl SyntheticSpec {
     fn default_spec() -> Self {
-        SyntheticSpec {
-            input_len: 1,
-            input_stddev: 0.0,
-            output_len: 1,
-            output_stddev: 0.0,
-            chat: true,
-            seed: 0,
-        }
+        SyntheticSpec { input_len: 1, output_len: 1, ..SyntheticSpec::default() }
     }
 }

@@ -34,7 +34,32 @@ pub struct SyntheticSpec {
     /// Send chat messages (true) or a raw prompt (false).
     pub chat: bool,
     pub seed: u64,
+    /// vLLM's `--random-range-ratio`: lengths drawn uniformly from `[len·(1−r), len·(1+r)]`
+    /// (0: fixed, or the normal draw of the stddevs; both at once are refused).
+    pub range_ratio: f64,
+    /// vLLM's `--random-prefix-len`: tokens of one prefix shared by every prompt, put
+    /// before the drawn `input_len` tokens (the prompt has `prefix_len + input_len`).
+    pub prefix_len: u32,
 }
+
+impl Default for SyntheticSpec {
+    /// 128 tokens in, 128 out, fixed lengths, chat, seed 0.
+    fn default() -> Self {
+        SyntheticSpec {
+            input_len: 128,
+            input_stddev: 0.0,
+            output_len: 128,
+            output_stddev: 0.0,
+            chat: true,
+            seed: 0,
+            range_ratio: 0.0,
+            prefix_len: 0,
+        }
+    }
+}
+
+/// Seed of the shared prefix (the same for every request of a seed).
+const PREFIX_SALT: u64 = 0x5EED_0F7E_F1C5;
 
 impl SyntheticSpec {
     /// Check the parameters.
@@ -52,10 +77,25 @@ impl SyntheticSpec {
         if !(self.output_stddev >= 0.0 && self.output_stddev.is_finite()) {
             return bad("output length stddev", "must be a non-negative number");
         }
+        if !(0.0..1.0).contains(&self.range_ratio) {
+            return bad("range ratio", "must be at least 0 and below 1");
+        }
+        if self.range_ratio > 0.0 && (self.input_stddev > 0.0 || self.output_stddev > 0.0) {
+            return bad(
+                "range ratio",
+                "draws the lengths uniformly: give it or a stddev, not both",
+            );
+        }
         Ok(())
     }
 
-    fn draw(rng: &mut ChaCha8Rng, mean: u32, sd: f64) -> u32 {
+    fn draw(&self, rng: &mut ChaCha8Rng, mean: u32, sd: f64) -> u32 {
+        if self.range_ratio > 0.0 {
+            let m = f64::from(mean);
+            let lo = (m * (1.0 - self.range_ratio)).ceil().max(1.0) as u32;
+            let hi = ((m * (1.0 + self.range_ratio)).floor() as u32).max(lo);
+            return rng.gen_range(lo..=hi);
+        }
         if sd == 0.0 {
             return mean;
         }
@@ -67,16 +107,19 @@ impl SyntheticSpec {
     pub fn planned(&self, index: u64) -> PlannedRequest {
         let mut rng =
             ChaCha8Rng::seed_from_u64(self.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let n_in = Self::draw(&mut rng, self.input_len, self.input_stddev);
-        let n_out = Self::draw(&mut rng, self.output_len, self.output_stddev);
-        let mut text = String::with_capacity(n_in as usize * 7);
-        for i in 0..n_in {
+        let n_in = self.draw(&mut rng, self.input_len, self.input_stddev);
+        let n_out = self.draw(&mut rng, self.output_len, self.output_stddev);
+        let mut text = String::with_capacity((n_in + self.prefix_len) as usize * 7);
+        let mut prefix_rng = ChaCha8Rng::seed_from_u64(self.seed ^ PREFIX_SALT);
+        let w = words();
+        for i in 0..self.prefix_len + n_in {
             if i > 0 {
                 text.push(' ');
             }
-            let w = words();
-            text.push_str(w[rng.gen_range(0..w.len())]);
+            let r = if i < self.prefix_len { &mut prefix_rng } else { &mut rng };
+            text.push_str(w[r.gen_range(0..w.len())]);
         }
+        let n_in = n_in + self.prefix_len;
         let prompt = if self.chat {
             Prompt::Chat(vec![Message::text("user", text)])
         } else {
@@ -112,10 +155,14 @@ impl Workload for ExactSynthetic {
         let mut p = self.spec.planned(index);
         let seed = self.spec.seed ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03);
         let n = p.input_tokens as usize;
+        let prefix_len = self.spec.prefix_len as usize;
+        let prefix = self.prompts.ids(prefix_len, self.spec.seed ^ PREFIX_SALT);
         p.prompt = if self.token_ids {
-            Prompt::TokenIds(self.prompts.ids(n, seed))
+            let mut ids = prefix;
+            ids.extend(self.prompts.ids(n - prefix_len, seed));
+            Prompt::TokenIds(ids)
         } else {
-            let text = self.prompts.text(n, seed).ok()?;
+            let text = self.prompts.text_with_lead(n, seed, &prefix).ok()?;
             if self.spec.chat {
                 Prompt::Chat(vec![Message::text("user", text)])
             } else {
@@ -146,6 +193,7 @@ mod tests {
             output_stddev: 0.0,
             chat: false,
             seed: 3,
+            ..SyntheticSpec::default()
         };
         let a = s.planned(5);
         assert_eq!(a, s.planned(5));

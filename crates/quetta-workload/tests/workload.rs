@@ -272,6 +272,7 @@ fn distribution_fitted_to_azure_reproduces_its_lengths() {
         output_stddev: 0.0,
         chat: true,
         seed: 42,
+        ..SyntheticSpec::default()
     };
     let w = DistWorkload { dist: d.clone(), base };
     let (mut si, mut so): (Vec<f64>, Vec<f64>) = (0..10_000)
@@ -407,6 +408,7 @@ fn stress_prompts_share_no_first_token_and_keep_exact_lengths() {
         output_stddev: 0.0,
         chat: false,
         seed: 5,
+        ..SyntheticSpec::default()
     };
     let t = tok("gpt2");
     let mut ids = StressWorkload::new(spec.clone(), Some(t.clone()), true);

@@ -135,6 +135,12 @@ pub struct Benchmark {
     pub seed: u64,
     /// Runtime worker threads of [`Benchmark::run_blocking`] (default: one per CPU).
     pub threads: Option<usize>,
+    /// A name for the run (vLLM's `--label`), kept in the summary and shown by compare and
+    /// the reports.
+    pub label: Option<String>,
+    /// Free `KEY = VALUE` pairs (vLLM's `--metadata`) kept in the summary and shown by
+    /// compare and the reports.
+    pub metadata: BTreeMap<String, String>,
     /// Stop the run from outside (Ctrl-C) and read its progress.
     pub control: Arc<RunControl>,
 }
@@ -199,6 +205,8 @@ impl Benchmark {
             reset_prefix_cache: None,
             seed: 0,
             threads: None,
+            label: None,
+            metadata: BTreeMap::new(),
             control: RunControl::new(),
         }
     }

@@ -61,7 +61,7 @@ pub use quetta_report as report;
 pub use quetta_sim as sim;
 pub use quetta_workload as workload;
 
-pub use quetta_loadgen::{History, RunControl, ThinkTime};
+pub use quetta_loadgen::{History, Progress, RunControl, ThinkTime};
 pub use quetta_metrics::{SloSet, Stats};
 pub use quetta_report::{
     compare, CompareOptions, CompareReport, RunDir, SloReport, Summary, SweepReport, SweepStep,

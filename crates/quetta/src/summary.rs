@@ -74,6 +74,8 @@ pub(crate) fn settings(
         input_len_stddev: built.input_stddev,
         output_len: built.output_len,
         output_len_stddev: built.output_stddev,
+        range_ratio: w.range_ratio.filter(|r| *r > 0.0),
+        prefix_len: w.prefix_len.filter(|n| *n > 0),
         ignore_eos: b.ignore_eos,
         exact_output_length: b.exact_output_length,
         stream: b.stream,
@@ -89,6 +91,8 @@ pub(crate) fn settings(
         mode: if w.stress { "stress" } else { "normal" }.into(),
         reset_prefix_cache: b.reset_prefix_cache.clone(),
         sessions: sessions.map(|s| session_settings(b, s)),
+        label: b.label.clone(),
+        metadata: b.metadata.clone(),
     }
 }
 

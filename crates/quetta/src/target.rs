@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quetta_engine::Engine;
+use quetta_engine::{Engine, EngineError, EngineRequest, Message, Prompt, RequestParams};
 #[cfg(any(feature = "sagemaker", feature = "vertex"))]
 use quetta_http::TransportConfig;
 use quetta_openai::{
@@ -79,6 +79,11 @@ pub struct Target {
     pub session_header: Option<String>,
     /// Body field carrying the session id (`None`: no field).
     pub session_body_field: Option<String>,
+    /// Before anything is measured, check the server (`GET /v1/models`, then one request
+    /// for a single token) and stop at once with its own message when the key, the model
+    /// or the server behind a proxy is wrong. Off by default for embedders (whose servers
+    /// may count every request); `quetta-bench` turns it on unless `--no-preflight`.
+    pub preflight: bool,
 }
 
 impl std::fmt::Debug for TargetKind {
@@ -123,6 +128,7 @@ impl Target {
             record_headers: Vec::new(),
             session_header: Some("x-session-id".into()),
             session_body_field: Some("user".into()),
+            preflight: false,
         }
     }
 
@@ -284,21 +290,54 @@ impl Target {
             )));
         }
         let key = self.api_key.as_deref().map(ApiKey::new);
-        let listed = model.is_none() && self.model.is_none();
-        let model = match model.or_else(|| self.model.clone()) {
-            Some(m) => m,
-            None => list_models(base_url, key.as_ref(), self.insecure, Duration::from_secs(15))
-                .await
-                .map_err(|e| {
-                    Error::Target(format!(
-                        "no --model given and GET {base_url}/v1/models failed: {e}"
-                    ))
-                })?
-                .into_iter()
-                .next()
-                .ok_or_else(|| {
+        let given = model.or_else(|| self.model.clone());
+        let embedded = matches!(self.kind, TargetKind::Simulator(_));
+        let litellm = matches!(self.kind, TargetKind::LiteLlm { .. });
+        // The model list: needed without a model, and the pre-flight's first check with one.
+        let listing = if given.is_none() || (self.preflight && !embedded) {
+            Some(list_models(base_url, key.as_ref(), self.insecure, Duration::from_secs(15)).await)
+        } else {
+            None
+        };
+        let (model, listed) = match (given, listing) {
+            (None, Some(Ok(list))) => (
+                list.into_iter().next().ok_or_else(|| {
                     Error::Target("no --model given and /v1/models lists no model".into())
                 })?,
+                true,
+            ),
+            (None, Some(Err(e))) => {
+                return Err(Error::Target(format!(
+                    "no --model given and GET {base_url}/v1/models failed: {}",
+                    preflight_reason(&e)
+                )))
+            }
+            (None, None) => unreachable!("a run without a model lists them"),
+            (Some(m), Some(Ok(list))) => {
+                let known = list.contains(&m);
+                if litellm && !known && !list.is_empty() {
+                    return Err(Error::Target(format!(
+                        "pre-flight: the LiteLLM proxy at {base_url} has no model {m:?}; it serves {}",
+                        list.join(", ")
+                    )));
+                }
+                (m, known)
+            }
+            // 401/403 is a wrong key whatever the model; another failure (no model list,
+            // as on some servers) leaves the check to the pre-flight request
+            (Some(m), Some(Err(e))) => {
+                // (the model list is fetched without --header's headers, which may carry
+                // a gateway's own credentials: then the request below decides)
+                let refused = matches!(e, EngineError::HttpStatus { status: 401 | 403, .. });
+                if refused && self.headers.is_empty() {
+                    return Err(Error::Target(format!(
+                        "pre-flight: GET {base_url}/v1/models was refused: {}",
+                        preflight_reason(&e)
+                    )));
+                }
+                (m, false)
+            }
+            (Some(m), None) => (m, false),
         };
         let mut cfg = OpenAiConfig::new(base_url, self.api, &model);
         cfg.api_key = key;
@@ -321,6 +360,9 @@ impl Target {
         } else {
             Arc::new(OpenAiEngine::new(cfg).map_err(|e| Error::config(e.to_string()))?)
         };
+        if self.preflight && !embedded {
+            preflight_request(engine.as_ref(), base_url, self.api, &self.headers).await?;
+        }
         Ok(Connected {
             backend: engine.name().to_owned(),
             engine,
@@ -484,3 +526,48 @@ impl Connected {
         }
     }
 }
+
+/// The server's own words in an error: the body it sent with a status, else the error.
+fn preflight_reason(e: &EngineError) -> String {
+    match e {
+        EngineError::HttpStatus { status, body_excerpt, .. } => {
+            format!("HTTP {status}: {}", body_excerpt.trim())
+        }
+        other => other.to_string(),
+    }
+}
+
+/// One request for a single token, unmeasured: a dead upstream behind a proxy, an unknown
+/// model or a refused key ends the command here, in the server's words.
+async fn preflight_request(
+    engine: &dyn Engine,
+    base_url: &str,
+    api: Api,
+    headers: &[(String, String)],
+) -> Result<()> {
+    let prompt = match api {
+        Api::Completions => Prompt::Text("Hi".into()),
+        Api::Chat => Prompt::Chat(vec![Message::text("user", "Hi")]),
+    };
+    let mut req = EngineRequest::new(u64::MAX, prompt);
+    req.max_tokens = Some(1);
+    req.params = Arc::new(RequestParams { extra_headers: headers.to_vec(), ..Default::default() });
+    let now = std::time::Instant::now();
+    let run = quetta_loadgen::execute(engine, req, 1, now, now, now);
+    let o = tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await.map_err(|_| {
+        Error::Target(format!(
+            "pre-flight: {base_url} gave no answer to a one-token request within {} s (give --no-preflight to skip the check)",
+            PREFLIGHT_TIMEOUT.as_secs()
+        ))
+    })?;
+    match &o.error {
+        None => Ok(()),
+        Some(e) => Err(Error::Target(format!(
+            "pre-flight: a one-token request to {base_url} failed: {} (give --no-preflight to skip the check)",
+            preflight_reason(e)
+        ))),
+    }
+}
+
+/// How long the pre-flight request may take.
+const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(60);

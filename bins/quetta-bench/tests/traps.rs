@@ -1,0 +1,547 @@
+//! The traps a user coming from `vllm bench serve`, AIPerf or GuideLLM falls into: flags
+//! that meant something else, failed runs that exited 0, Ctrl-C that stopped one step, a
+//! wrong key found only after the run. Each test here failed before it was mended.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_quetta-bench"))
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quetta-traps-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).env_remove("OPENAI_API_KEY").output().expect("run quetta-bench")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn valid(schema: &str, v: &serde_json::Value) {
+    let s: serde_json::Value = serde_json::from_str(schema).unwrap();
+    let errors: Vec<String> = jsonschema::validator_for(&s)
+        .unwrap()
+        .iter_errors(v)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+const SUMMARY_SCHEMA: &str = include_str!("../../../docs/schema/summary.schema.json");
+
+#[test]
+fn a_bare_number_in_a_duration_flag_is_seconds() {
+    // `--duration 1` ran for 1 ms, and `--request-timeout 2` cut every request at 2 ms
+    let d = tmpdir("secs");
+    let o = run(&[
+        "run",
+        "--duration",
+        "1",
+        "--concurrency",
+        "2",
+        "--request-timeout",
+        "2",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = json(&d.join("summary.json"));
+    assert_eq!(s["config"]["duration_s"], 1.0);
+    let took = s["duration_s"].as_f64().unwrap();
+    assert!((1.0..3.0).contains(&took), "a 1 s run took {took} s");
+    assert_eq!(s["failed"], 0, "2 s is plenty for a 0.7 s answer");
+    // and the units are said: every duration flag's help names its unit
+    let help = String::from_utf8(run(&["run", "--help"]).stdout).unwrap();
+    for flag in [
+        "--duration",
+        "--request-timeout",
+        "--idle-timeout",
+        "--drain-timeout",
+        "--think-time",
+        "--burst-gap",
+        "--ramp-over",
+        "--retry-backoff",
+        "--ttft-timeout",
+        "--connect-timeout",
+    ] {
+        let at = help.find(&format!("      {flag} ")).unwrap_or_else(|| panic!("{flag} in help"));
+        let entry: String = help[at..].lines().take(3).collect();
+        assert!(entry.contains("seconds"), "{flag}: {entry}");
+    }
+}
+
+#[test]
+fn a_run_in_which_every_request_failed_exits_1_and_says_why() {
+    let d = tmpdir("allfail");
+    let o = run(&[
+        "run",
+        "--num-requests",
+        "10",
+        "--sim-fault",
+        "http500",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "-q",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    // the server's own words, in the terminal, summary.json and the reports
+    assert!(
+        out.contains("all 10 measured requests failed") && out.contains("simulated HTTP 500"),
+        "{out}"
+    );
+    let s = json(&d.join("summary.json"));
+    valid(SUMMARY_SCHEMA, &s);
+    assert_eq!(s["top_errors"][0]["count"], 10);
+    assert_eq!(s["top_errors"][0]["kind"], "http_5xx");
+    assert!(s["top_errors"][0]["message"].as_str().unwrap().contains("simulated HTTP 500"));
+    let o = run(&["report", d.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = std::fs::read_to_string(d.join("report.html")).unwrap();
+    let failed = html.find("FAILED: every one of the 10").expect("a failure banner");
+    let msg = html.find("simulated HTTP 500").expect("the server's message");
+    assert!(msg > failed && !html.contains("<svg"), "errors first, no empty chart");
+    // connection refused: nothing listens on the port
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let args =
+        ["run", "--base-url", &url, "--model", "m", "--num-requests", "5", "--no-preflight", "-q"];
+    let d2 = tmpdir("refused");
+    let o = run(&[&args[..], &["--output-dir", d2.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("all 5 measured requests failed"), "{}", text(&o));
+    // partial failure: the default --min-success-rate (0.9) fails half of them failing,
+    // and 0.4 lets it pass
+    let half =
+        ["run", "--num-requests", "20", "--concurrency", "1", "--sim-fault", "http503@2", "-q"];
+    let (d3, d4) = (tmpdir("half"), tmpdir("half-ok"));
+    let o = run(&[&half[..], &["--output-dir", d3.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("success rate 50.0% is below --min-success-rate 90.0%"),
+        "{}",
+        text(&o)
+    );
+    let o =
+        run(&[&half[..], &["--output-dir", d4.to_str().unwrap(), "--min-success-rate", "0.4"]]
+            .concat());
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+fn spawn(args: &[&str]) -> std::process::Child {
+    bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+fn interrupt(child: &std::process::Child) {
+    let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+}
+
+fn wait_for(path: &Path, t0: Instant) {
+    while !path.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_whole_sweep_and_exits_130_with_partial_marks() {
+    let d = tmpdir("sweep-int");
+    let child = spawn(&[
+        "sweep",
+        "--concurrencies",
+        "1,2,4",
+        "--num-requests",
+        "300",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    let t0 = Instant::now();
+    // the first step's records are being written: stop in the middle of it
+    wait_for(&d.join("step-00-concurrency-1").join("requests.jsonl"), t0);
+    std::thread::sleep(Duration::from_millis(1500));
+    interrupt(&child);
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{out}");
+    let sw = json(&d.join("sweep.json"));
+    let steps = sw["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "no step after the interrupted one: {out}");
+    assert_eq!(steps[0]["partial"], true);
+    assert!(sw["peak"].is_null(), "a step cut short is no peak");
+    let done = steps[0]["completed"].as_u64().unwrap() + steps[0]["failed"].as_u64().unwrap();
+    assert!(out.contains(&format!("PARTIAL: {done} of 300")), "{out}");
+    assert!(!d.join("step-01-concurrency-2").exists());
+    // a run: 130, summary.json and both reports say PARTIAL with the counts
+    let r = tmpdir("run-int");
+    let child = spawn(&[
+        "run",
+        "--num-requests",
+        "500",
+        "--concurrency",
+        "2",
+        "--output-dir",
+        r.to_str().unwrap(),
+    ]);
+    wait_for(&r.join("requests.jsonl"), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    interrupt(&child);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let s = json(&r.join("summary.json"));
+    assert_eq!(s["partial"], true);
+    let label = format!(
+        "PARTIAL: {} of 500 planned",
+        s["completed"].as_u64().unwrap() + s["failed"].as_u64().unwrap()
+    );
+    assert!(text(&o).contains(&label), "{}", text(&o));
+    assert!(run(&["report", r.to_str().unwrap()]).status.success());
+    assert!(std::fs::read_to_string(r.join("report.html")).unwrap().contains(&label));
+    let pdf = std::fs::read(r.join("report.pdf")).unwrap();
+    assert!(pdf.len() > 1000, "a PDF was written");
+}
+
+#[test]
+fn a_second_ctrl_c_quits_at_once() {
+    // requests that take 30 s each: the first Ctrl-C waits for them (drain timeout 60 s)
+    let d = tmpdir("twice");
+    let child = spawn(&[
+        "run",
+        "--num-requests",
+        "4",
+        "--concurrency",
+        "4",
+        "--sim-ttft-ms",
+        "30000",
+        "--drain-timeout",
+        "60",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    interrupt(&child);
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    interrupt(&child);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(t0.elapsed() < Duration::from_secs(5), "quit at once, not after the drain");
+    assert!(text(&o).contains("interrupted twice"), "{}", text(&o));
+}
+
+/// A one-route-per-answer HTTP/1.1 server on 127.0.0.1: `answer(method, path, headers)`
+/// gives the status and JSON body. Each connection serves one request and closes.
+fn fake_server(answer: impl Fn(&str, &str, &str) -> (u16, String) + Send + 'static) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut parts = line.split_whitespace();
+            let (method, path) =
+                (parts.next().unwrap_or("").to_owned(), parts.next().unwrap_or("").to_owned());
+            let (mut headers, mut len) = (String::new(), 0usize);
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                headers.push_str(&h);
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            let (status, body) = answer(&method, &path, &headers);
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+const MODELS: &str = r#"{"object":"list","data":[{"id":"gpt-a","object":"model"}]}"#;
+
+#[test]
+fn a_preflight_check_stops_a_bad_key_an_unknown_model_or_a_dead_upstream_at_once() {
+    // a proxy that wants `Bearer sk-good`, serves the alias gpt-a, and whose upstream is down
+    let url = fake_server(|_, path, headers| {
+        if !headers.contains("authorization: Bearer sk-good") {
+            return (401, r#"{"error":{"message":"Authentication Error, Invalid proxy server token passed","type":"auth_error"}}"#.into());
+        }
+        match path {
+            "/v1/models" => (200, MODELS.into()),
+            _ => (500, r#"{"error":{"message":"litellm.APIConnectionError: Connection refused by upstream http://10.0.0.9:8000","type":null}}"#.into()),
+        }
+    });
+    let base = ["run", "--base-url", &url, "--backend", "litellm", "--num-requests", "20", "-q"];
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 3] = [
+        (&["--model", "gpt-a", "--api-key", "sk-wrong"], &[], "Invalid proxy server token"),
+        (
+            &["--model", "nope"],
+            &[("LITELLM_API_KEY", "sk-good")],
+            "has no model \"nope\"; it serves gpt-a",
+        ),
+        (
+            &["--model", "gpt-a"],
+            &[("LITELLM_API_KEY", "sk-good")],
+            "Connection refused by upstream",
+        ),
+    ];
+    for (i, (extra, env, want)) in cases.iter().enumerate() {
+        let d = tmpdir(&format!("preflight-{i}"));
+        let mut c = bin();
+        c.args(base)
+            .args(*extra)
+            .args(["--output-dir", d.to_str().unwrap()])
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("LITELLM_API_KEY");
+        for (k, v) in *env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {out}");
+        assert!(out.contains("pre-flight") && out.contains(want), "{extra:?}: {out}");
+        assert!(!d.exists(), "nothing written for a run that never started");
+        assert!(!out.contains("sk-good") && !out.contains("sk-wrong"), "no key in the output");
+    }
+    // no key at all for LiteLLM: warned about before the pre-flight refuses it
+    let o = run(&[&base[..], &["--model", "gpt-a"]].concat());
+    assert!(text(&o).contains("warning: --backend litellm without a key"), "{}", text(&o));
+}
+
+#[test]
+fn vllm_bench_serve_commands_run_unchanged_with_the_same_meaning() {
+    let dir = tmpdir("vllm");
+    let results = dir.join("D");
+    let vllm = |extra: &[&str], out: &str| {
+        let mut a = vec![
+            "run",
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            "M",
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "128",
+            "--random-output-len",
+            "64",
+            "--num-prompts",
+            "100",
+            "--max-concurrency",
+            "8",
+        ];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--save-result", "--result-dir", results.to_str().unwrap()]);
+        // exactly the vLLM command: the run directory is the default one, in the cwd
+        let cwd = dir.join(out);
+        std::fs::create_dir_all(&cwd).unwrap();
+        let o = bin().args(&a).current_dir(&cwd).output().unwrap();
+        assert!(o.status.success(), "{a:?}: {}", text(&o));
+        let runs: Vec<_> = std::fs::read_dir(cwd.join("quetta-results"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        json(&runs[0].join("summary.json"))
+    };
+    // request rate inf (vLLM's default) with --max-concurrency 8: a closed loop of 8
+    let s = vllm(&[], "closed");
+    assert_eq!(
+        (s["config"]["load"].as_str(), s["config"]["concurrency"].as_u64()),
+        (Some("closed"), Some(8))
+    );
+    assert_eq!(
+        (s["completed"].as_u64(), s["config"]["endpoint"].as_str()),
+        (Some(100), Some("chat"))
+    );
+    assert_eq!(
+        (s["config"]["input_len"].as_u64(), s["config"]["output_len"].as_u64()),
+        (Some(128), Some(64))
+    );
+    assert_eq!(s["total_output_tokens"], 6400);
+    // --request-rate 4: Poisson arrivals at 4/s, at most 8 in flight
+    let s = vllm(&["--request-rate", "4"], "open");
+    assert_eq!(s["config"]["load"], "open");
+    assert_eq!(
+        (s["config"]["request_rate"].as_f64(), s["config"]["max_concurrency"].as_u64()),
+        (Some(4.0), Some(8))
+    );
+    assert_eq!(s["config"]["arrival"], "poisson");
+    let took = s["duration_s"].as_f64().unwrap();
+    assert!((15.0..40.0).contains(&took), "100 requests at 4/s took {took} s");
+    // --save-result: vLLM's file, with every key vLLM 0.33 writes
+    let files: Vec<_> = std::fs::read_dir(&results).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let names: Vec<String> =
+        files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().any(|n| n.starts_with("openai-chat-infqps-concurrency8-M-")), "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("openai-chat-4qps-concurrency8-M-")), "{names:?}");
+    let v = json(&files[0]);
+    valid(include_str!("../../../docs/schema/vllm_result.schema.json"), &v);
+    for k in [
+        "endpoint_type",
+        "label",
+        "latencies",
+        "max_concurrent_requests",
+        "max_output_tokens_per_s",
+        "queue_times",
+        "rtfx",
+        "start_times",
+        "ttfts",
+        "itls",
+        "input_lens",
+        "output_lens",
+    ] {
+        assert!(v.get(k).is_some(), "{k} missing");
+    }
+    assert_eq!(v["latencies"].as_array().unwrap().len(), 100);
+    let peak = v["max_concurrent_requests"].as_u64().unwrap();
+    assert!((1..=8).contains(&peak), "at most 8 in flight: {peak}");
+}
+
+#[test]
+fn json_goes_to_stdout_alone_and_labels_and_metadata_are_kept() {
+    let d = tmpdir("json");
+    let o = run(&[
+        "run",
+        "--num-prompts",
+        "5",
+        "--json",
+        "--label",
+        "baseline",
+        "--metadata",
+        "gpu=H100",
+        "tp=2",
+        "--goodput",
+        "ttft:500",
+        "tpot:50",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is summary.json and nothing else");
+    assert_eq!(s["config"]["label"], "baseline");
+    assert_eq!(s["config"]["metadata"]["gpu"], "H100");
+    assert_eq!(s["config"]["metadata"]["tp"], "2");
+    assert_eq!(s["goodput"]["slo"], "ttft:500ms,tpot:50ms");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("== Quetta results =="),
+        "the table goes to stderr"
+    );
+    valid(SUMMARY_SCHEMA, &s);
+}
+
+#[test]
+fn the_help_is_grouped_complete_and_its_examples_work() {
+    let help = String::from_utf8(run(&["run", "--help"]).stdout).unwrap();
+    let mut at = 0;
+    for h in [
+        "Target:",
+        "Load:",
+        "Workload:",
+        "Output:",
+        "Timeouts:",
+        "Telemetry:",
+        "Managed endpoints:",
+    ] {
+        let i = help.find(&format!("\n{h}\n")).unwrap_or_else(|| panic!("heading {h}"));
+        assert!(i > at, "{h} in order");
+        at = i;
+    }
+    for cmd in [
+        &["run"][..],
+        &["sweep"],
+        &["slo"],
+        &["compare"],
+        &["export"],
+        &["correctness"],
+        &["profiles"],
+        &["report"],
+        &["completions"],
+        &["workload", "fit"],
+    ] {
+        let o = run(&[cmd, &["--help"]].concat());
+        let h = String::from_utf8(o.stdout).unwrap();
+        let lines: Vec<&str> = h.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let t = l.trim_start();
+            // an option's line (`--x`, `-q, --quiet`), not a possible value's (`- vertex:`)
+            let b = t.as_bytes();
+            let flag = b.len() > 2 && b[0] == b'-' && (b[1] == b'-' || b[1].is_ascii_alphabetic());
+            if l.starts_with("  ") && flag && !t.starts_with("-h, --help") && !t.starts_with("-V") {
+                // the text follows on the line (short help) or on the next one (long)
+                let next = lines.get(i + 1).copied().unwrap_or("");
+                let same_line = t.split_once("  ").is_some_and(|(_, d)| !d.trim().is_empty());
+                let below = next.starts_with("          ") && !next.trim().is_empty();
+                assert!(same_line || below, "{cmd:?}: {t} has no help text");
+            }
+        }
+        assert!(h.contains("\nExample:\n  quetta-bench "), "{cmd:?} shows an example");
+        if ["run", "sweep", "slo"].contains(&cmd[0]) {
+            // the example works as written (in a fresh directory)
+            let ex = h.split("\nExample:\n  ").nth(1).unwrap().lines().next().unwrap();
+            let argv = shell_words(ex);
+            let cwd = tmpdir(&format!("example-{}", cmd[0]));
+            std::fs::create_dir_all(&cwd).unwrap();
+            let o = bin().args(&argv[1..]).arg("-q").current_dir(&cwd).output().unwrap();
+            assert!(o.status.success(), "{ex}: {}", text(&o));
+        }
+    }
+    let o = run(&["completions", "bash"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--num-prompts"));
+    // unknown flags and profiles: did you mean
+    let o = run(&["run", "--num-prompt", "5"]);
+    assert!(text(&o).contains("--num-prompts"), "{}", text(&o));
+    let o = run(&["run", "--profile", "chat-multitrun"]);
+    assert!(text(&o).contains("(did you mean \"chat-multiturn\"?)"), "{}", text(&o));
+}
+
+/// Words of a one-line shell command with single quotes.
+fn shell_words(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in s.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
