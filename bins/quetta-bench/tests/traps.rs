@@ -545,3 +545,56 @@ fn shell_words(s: &str) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn overwrite_removes_quettas_own_files_only_and_default_names_never_collide() {
+    let d = tmpdir("overwrite");
+    let sweep = |steps: &str| {
+        let o = run(&[
+            "sweep",
+            "--concurrencies",
+            steps,
+            "--num-requests",
+            "8",
+            "--overwrite",
+            "--output-dir",
+            d.to_str().unwrap(),
+            "-q",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    sweep("8,16,32");
+    assert!(run(&["report", d.to_str().unwrap()]).status.success());
+    std::fs::write(d.join("notes.txt"), "mine").unwrap();
+    sweep("8");
+    let mut names: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    // the old steps 2 and 3 and the old reports are gone; the user's file stays
+    assert_eq!(names, ["notes.txt", "step-00-concurrency-8", "sweep.json"], "{names:?}");
+    // a run: its exports and reports go too
+    let r = tmpdir("overwrite-run");
+    let args = ["run", "--num-requests", "4", "--output-dir", r.to_str().unwrap(), "-q"];
+    assert!(run(&args).status.success());
+    assert!(run(&["export", r.to_str().unwrap(), "--format", "csv"]).status.success());
+    assert!(run(&["report", r.to_str().unwrap()]).status.success());
+    assert!(r.join("requests.csv").is_file() && r.join("report.html").is_file());
+    assert!(run(&[&args[..], &["--overwrite"]].concat()).status.success());
+    assert!(!r.join("requests.csv").exists() && !r.join("report.html").exists());
+    // two runs started together in one directory, with the default names
+    let cwd = tmpdir("names");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let start = || {
+        bin()
+            .args(["run", "--num-requests", "2", "-q"])
+            .current_dir(&cwd)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (start(), start());
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    assert_eq!(std::fs::read_dir(cwd.join("quetta-results")).unwrap().count(), 2);
+}

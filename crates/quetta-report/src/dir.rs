@@ -195,12 +195,7 @@ impl RunDir {
             }
         }
         if overwrite {
-            for f in files::ALL {
-                let p = path.join(f);
-                if p.is_file() {
-                    fs::remove_file(&p).map_err(werr(&p))?;
-                }
-            }
+            remove_own(&path)?;
         }
         fs::create_dir_all(&path).map_err(werr(&path))?;
         Ok(Self { path })
@@ -209,9 +204,16 @@ impl RunDir {
     /// `quetta-results/KIND-TIMESTAMP-PID` (`run-20261201T101500Z-4242`): two commands never
     /// share one, not even two started in the same second.
     pub fn default_path(kind: &str) -> PathBuf {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // within one process (a library run in a loop), a counter tells them apart
+        static TAKEN: AtomicU64 = AtomicU64::new(0);
         let stamp: String =
             crate::now_rfc3339().chars().filter(char::is_ascii_alphanumeric).collect();
-        PathBuf::from("quetta-results").join(format!("{kind}-{stamp}-{}", std::process::id()))
+        let base = format!("{kind}-{stamp}-{}", std::process::id());
+        match TAKEN.fetch_add(1, Ordering::Relaxed) {
+            0 => PathBuf::from("quetta-results").join(base),
+            n => PathBuf::from("quetta-results").join(format!("{base}-{n}")),
+        }
     }
 
     /// An existing results directory.
@@ -383,4 +385,27 @@ impl RunDir {
     pub fn is_sweep(&self) -> bool {
         self.file(files::SWEEP).is_file()
     }
+}
+
+/// Remove what Quetta wrote in `path` before, and only that: its own files, and the step
+/// directories of an earlier sweep or search (`step-*` holding a `run.json`), so that an
+/// overwritten sweep shows no stale step.
+fn remove_own(path: &Path) -> Result<(), ReportError> {
+    for f in files::ALL {
+        let p = path.join(f);
+        if p.is_file() {
+            fs::remove_file(&p).map_err(werr(&p))?;
+        }
+    }
+    let Ok(entries) = fs::read_dir(path) else { return Ok(()) };
+    for e in entries.flatten() {
+        let p = e.path();
+        let step = e.file_name().to_string_lossy().starts_with("step-");
+        if step && p.is_dir() && p.join(files::MANIFEST).is_file() {
+            remove_own(&p)?;
+            // empty now unless it held files of the user's: then it stays
+            let _ = fs::remove_dir(&p);
+        }
+    }
+    Ok(())
 }
