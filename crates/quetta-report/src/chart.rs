@@ -101,7 +101,13 @@ pub struct Layout {
     pub y: (f64, f64),
     pub x_ticks: Vec<f64>,
     pub y_ticks: Vec<f64>,
+    /// Where each series' legend entry starts (left of its line sample, text baseline):
+    /// rows between the title and the plot area, never over the data.
+    pub legend: Vec<(f64, f64)>,
 }
+
+/// Width of a character of the charts' 11-unit text, for laying out legends.
+const CHAR_W: f64 = 6.4;
 
 impl Layout {
     pub fn new(c: &Chart, w: f64, h: f64) -> Self {
@@ -119,17 +125,35 @@ impl Layout {
             x1 = x0 + 1.0;
         }
         let y0 = 0.0;
-        let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.05 };
+        // headroom: the highest line never touches the frame
+        let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.08 };
         let y_ticks = ticks(y0, y1, 5);
         let y1 = y_ticks.last().copied().unwrap_or(y1).max(y1);
+        let (left, right) = (62.0, w - 16.0);
+        let (mut lx, mut ly) = (left, 38.0);
+        let mut legend = Vec::with_capacity(c.series.len());
+        for s in &c.series {
+            let width = 28.0 + CHAR_W * s.name.chars().count() as f64;
+            if lx > left && lx + width > right {
+                (lx, ly) = (left, ly + 15.0);
+            }
+            legend.push((lx, ly));
+            lx += width + 14.0;
+        }
+        let top = if c.series.len() > 1 || c.series.iter().any(|s| !s.name.is_empty()) {
+            ly + 10.0
+        } else {
+            30.0
+        };
         Self {
             w,
             h,
-            area: (62.0, 34.0, w - 16.0, h - 46.0),
+            area: (left, top, right, h - 46.0),
             x: (x0, x1),
             y: (y0, y1),
             x_ticks: ticks(x0, x1, 6),
             y_ticks,
+            legend,
         }
     }
 
@@ -213,26 +237,33 @@ pub fn svg(c: &Chart, w: f64, h: f64) -> String {
             .collect();
         let _ = write!(
             s,
-            r#"<polyline fill="none" stroke="rgb({r},{g},{b})" stroke-width="1.6" points="{}"/>"#,
+            r#"<g class="series" data-series="{i}" data-points="{}"><polyline fill="none" stroke="rgb({r},{g},{b})" stroke-width="1.6" points="{}"/>"#,
+            ser.points.len(),
             pts.join(" ")
         );
-        if c.markers {
-            for &(x, y) in &ser.points {
-                let (px, py) = l.map(x, y);
-                let _ = write!(
-                    s,
-                    r#"<circle cx="{px:.1}" cy="{py:.1}" r="3" fill="rgb({r},{g},{b})"/>"#
-                );
-            }
+        // every point can be hovered to read it; drawn as a marker on sweeps
+        let opacity = if c.markers { 1.0 } else { 0.0 };
+        for &(x, y) in &ser.points {
+            let (px, py) = l.map(x, y);
+            let _ = write!(
+                s,
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3" fill="rgb({r},{g},{b})" fill-opacity="{opacity}"><title>{}: {} = {}, {} = {}</title></circle>"#,
+                esc(&ser.name),
+                esc(&c.x_label),
+                tick_label(x),
+                esc(&c.y_label),
+                tick_label(y)
+            );
         }
-        let (lx, ly) = (ar - 140.0, at + 14.0 + 14.0 * i as f64);
+        s.push_str("</g>");
+        let (lx, ly) = l.legend[i];
         let _ = write!(
             s,
-            r#"<line x1="{lx}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="rgb({r},{g},{b})" stroke-width="2"/><text x="{:.1}" y="{ly:.1}">{}</text>"#,
+            r#"<g class="legend" data-series="{i}" style="cursor:pointer"><line x1="{lx}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="rgb({r},{g},{b})" stroke-width="2"/><text x="{:.1}" y="{ly:.1}">{}</text></g>"#,
             ly - 4.0,
-            lx + 18.0,
+            lx + 20.0,
             ly - 4.0,
-            lx + 22.0,
+            lx + 24.0,
             esc(&ser.name)
         );
     }

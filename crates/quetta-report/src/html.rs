@@ -71,107 +71,125 @@ fn ms(v: Option<f64>) -> String {
     crate::chart::figure(v)
 }
 
-/// The charts of one run (also drawn by the PDF report).
+/// Seconds of per-second series a run needs before its over-time charts say anything.
+const MIN_SECONDS_FOR_SERIES: usize = 5;
+
+fn line(title: &str, x: &str, y: &str, series: Vec<Series>, markers: bool) -> Chart {
+    Chart { title: title.into(), x_label: x.into(), y_label: y.into(), series, markers }
+}
+
+fn named(name: &str, points: Vec<(f64, f64)>) -> Series {
+    Series { name: name.into(), points }
+}
+
+/// Only the charts with data, and in them only the series with data.
+fn drawable(mut charts: Vec<Chart>) -> Vec<Chart> {
+    for c in &mut charts {
+        c.series.retain(|s| !s.points.is_empty());
+    }
+    charts.retain(|c| !c.series.is_empty());
+    charts
+}
+
+/// The charts of one run (also drawn by the PDF report): each latency on its own axis,
+/// over-time charts only for runs of at least 5 s, and no chart without data.
 pub fn run_charts(r: &RunData) -> Vec<Chart> {
     let ok: Vec<&RequestRecord> = r.records.iter().filter(|x| x.ok()).collect();
     let vals =
         |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
+    let share = "share of requests";
+    let gaps: Vec<f64> = ok.iter().flat_map(|x| x.itl_ms.iter().copied()).collect();
     let mut charts = vec![
-        Chart {
-            title: "Latency CDF".into(),
-            x_label: "latency (ms)".into(),
-            y_label: "share of requests".into(),
-            series: vec![
-                Series { name: "TTFT".into(), points: cdf(&vals(|x| x.ttft_ms)) },
-                Series { name: "E2E".into(), points: cdf(&vals(|x| x.e2e_ms)) },
+        line(
+            "TTFT CDF",
+            "time to first token (ms)",
+            share,
+            vec![named("TTFT", cdf(&vals(|x| x.ttft_ms)))],
+            false,
+        ),
+        line(
+            "E2E latency CDF",
+            "end-to-end latency (ms)",
+            share,
+            vec![named("E2E", cdf(&vals(|x| x.e2e_ms)))],
+            false,
+        ),
+        line(
+            "TPOT and ITL CDF",
+            "time per token (ms)",
+            "share",
+            vec![
+                named("TPOT (per request)", cdf(&vals(|x| x.tpot_ms))),
+                named("ITL (every gap)", cdf(&gaps)),
             ],
-            markers: false,
-        },
-        Chart {
-            title: "TPOT and ITL CDF".into(),
-            x_label: "time per token (ms)".into(),
-            y_label: "share".into(),
-            series: vec![
-                Series { name: "TPOT (per request)".into(), points: cdf(&vals(|x| x.tpot_ms)) },
-                Series {
-                    name: "ITL (every gap)".into(),
-                    points: cdf(&ok
-                        .iter()
-                        .flat_map(|x| x.itl_ms.iter().copied())
-                        .collect::<Vec<_>>()),
-                },
-            ],
-            markers: false,
-        },
+            false,
+        ),
     ];
-    if !r.series.is_empty() {
-        charts.push(Chart {
-            title: "TTFT over time".into(),
-            x_label: "time since start (s)".into(),
-            y_label: "mean TTFT (ms)".into(),
-            series: vec![Series {
-                name: "TTFT".into(),
-                points: r
-                    .series
-                    .iter()
-                    .filter_map(|s| s.ttft_mean_ms.map(|t| (s.t_s as f64 + 0.5, t)))
-                    .collect(),
-            }],
-            markers: false,
-        });
-        // ITL over time: the gaps of completed requests, by the second they ended in.
-        let mut sum = vec![0.0; r.series.len() + 1];
-        let mut n = vec![0u64; r.series.len() + 1];
-        for x in &ok {
-            let (Some(first), false) = (x.first_token_offset_ms, x.itl_ms.is_empty()) else {
-                continue;
-            };
-            let mut t = first;
-            for g in &x.itl_ms {
-                t += g;
-                let k = ((t / 1e3) as usize).min(sum.len() - 1);
-                sum[k] += g;
-                n[k] += 1;
-            }
-        }
-        charts.push(Chart {
-            title: "ITL over time".into(),
-            x_label: "time since start (s)".into(),
-            y_label: "mean ITL (ms)".into(),
-            series: vec![Series {
-                name: "ITL".into(),
-                points: (0..sum.len())
-                    .filter(|&k| n[k] > 0)
-                    .map(|k| (k as f64 + 0.5, sum[k] / n[k] as f64))
-                    .collect(),
-            }],
-            markers: false,
-        });
-        charts.push(Chart {
-            title: "Throughput and load over time".into(),
-            x_label: "time since start (s)".into(),
-            y_label: "per second / requests".into(),
-            series: vec![
-                Series {
-                    name: "completed per s".into(),
-                    points: r
-                        .series
-                        .iter()
-                        .map(|s| (s.t_s as f64 + 0.5, s.completed as f64))
-                        .collect(),
-                },
-                Series {
-                    name: "in flight".into(),
-                    points: r.series.iter().map(|s| (s.t_s as f64, s.in_flight as f64)).collect(),
-                },
-            ],
-            markers: false,
-        });
+    if r.series.len() >= MIN_SECONDS_FOR_SERIES {
+        charts.extend(over_time(r, &ok));
     }
-    charts
+    drawable(charts)
 }
 
-/// The charts of a sweep (also drawn by the PDF report).
+/// TTFT, ITL, throughput and load per second of the run; the last, partial second's counts
+/// are divided by its length, so a run ending 0.2 s into a second shows no false drop.
+fn over_time(r: &RunData, ok: &[&RequestRecord]) -> Vec<Chart> {
+    let t = "time since start (s)";
+    let end = r.summary.metrics.duration_s;
+    let per_s = |t_s: u64, n: u64| {
+        let len = (end - t_s as f64).clamp(0.0, 1.0);
+        if len > 0.05 {
+            n as f64 / len
+        } else {
+            n as f64
+        }
+    };
+    let ttft: Vec<(f64, f64)> =
+        r.series.iter().filter_map(|s| s.ttft_mean_ms.map(|v| (s.t_s as f64 + 0.5, v))).collect();
+    // ITL over time: the gaps of completed requests, by the second they arrived in.
+    let mut sum = vec![0.0; r.series.len() + 1];
+    let mut n = vec![0u64; r.series.len() + 1];
+    for x in ok {
+        let (Some(first), false) = (x.first_token_offset_ms, x.itl_ms.is_empty()) else { continue };
+        let mut at = first;
+        for g in &x.itl_ms {
+            at += g;
+            let k = ((at / 1e3) as usize).min(sum.len() - 1);
+            sum[k] += g;
+            n[k] += 1;
+        }
+    }
+    let itl = (0..sum.len())
+        .filter(|&k| n[k] > 0)
+        .map(|k| (k as f64 + 0.5, sum[k] / n[k] as f64))
+        .collect();
+    let done = r.series.iter().map(|s| (s.t_s as f64 + 0.5, per_s(s.t_s, s.completed))).collect();
+    let tokens =
+        r.series.iter().map(|s| (s.t_s as f64 + 0.5, per_s(s.t_s, s.output_tokens))).collect();
+    let in_flight = r.series.iter().map(|s| (s.t_s as f64, s.in_flight as f64)).collect();
+    vec![
+        line("TTFT over time", t, "mean TTFT (ms)", vec![named("TTFT", ttft)], false),
+        line("ITL over time", t, "mean ITL (ms)", vec![named("ITL", itl)], false),
+        line(
+            "Output tokens over time",
+            t,
+            "output tokens per second",
+            vec![named("output tok/s", tokens)],
+            false,
+        ),
+        line(
+            "Throughput and load over time",
+            t,
+            "per second / requests",
+            vec![named("completed per s", done), named("in flight", in_flight)],
+            false,
+        ),
+    ]
+}
+
+/// The charts of a sweep (also drawn by the PDF report): throughput, each latency's p50 and
+/// p99 on its own axis, the latency–throughput trade-off, and the CDFs of every step
+/// overlaid.
 pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
     let kind = s.sweep.kind.as_str();
     let unit =
@@ -179,39 +197,84 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
     let pts = |k: &str| -> Vec<(f64, f64)> {
         s.sweep.steps.iter().filter_map(|st| Some((st.value(), st.column(k)?))).collect()
     };
-    vec![
-        Chart {
-            title: format!("Throughput vs {kind}"),
-            x_label: unit.into(),
-            y_label: "requests per second".into(),
-            series: vec![Series {
-                name: "request throughput".into(),
-                points: pts("request_throughput"),
-            }],
-            markers: true,
-        },
-        Chart {
-            title: format!("Output tokens vs {kind}"),
-            x_label: unit.into(),
-            y_label: "output tokens per second".into(),
-            series: vec![Series {
-                name: "output tok/s".into(),
-                points: pts("output_token_throughput"),
-            }],
-            markers: true,
-        },
-        Chart {
-            title: format!("Latency vs {kind}"),
-            x_label: unit.into(),
-            y_label: "latency (ms)".into(),
-            series: vec![
-                Series { name: "TTFT p50".into(), points: pts("ttft_p50_ms") },
-                Series { name: "E2E p50".into(), points: pts("e2e_p50_ms") },
-                Series { name: "E2E p99".into(), points: pts("e2e_p99_ms") },
+    let pair = |metric: &str, key: &str| {
+        let (p50, p99) = (format!("{key}_p50_ms"), format!("{key}_p99_ms"));
+        line(
+            &format!("{metric} vs {kind}"),
+            unit,
+            &format!("{metric} (ms)"),
+            vec![
+                named(&format!("{metric} p50"), pts(&p50)),
+                named(&format!("{metric} p99"), pts(&p99)),
             ],
-            markers: true,
-        },
-    ]
+            true,
+        )
+    };
+    // per user: the tokens a stream receives per second, 1000 / TPOT p50 (docs/METRICS.md)
+    let trade: Vec<(f64, f64)> = s
+        .sweep
+        .steps
+        .iter()
+        .filter_map(|st| {
+            Some((st.output_token_throughput, 1e3 / st.tpot_p50_ms.filter(|t| *t > 0.0)?))
+        })
+        .collect();
+    let label = |i: usize| {
+        s.sweep.steps.get(i).map_or(format!("step {}", i + 1), |st| {
+            format!("{kind} {}", crate::chart::figure(Some(st.value())))
+        })
+    };
+    let step_cdf = |f: fn(&RequestRecord) -> Option<f64>| -> Vec<Series> {
+        s.steps
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let v: Vec<f64> = r.records.iter().filter(|x| x.ok()).filter_map(f).collect();
+                named(&label(i), cdf(&v))
+            })
+            .collect()
+    };
+    drawable(vec![
+        line(
+            &format!("Throughput vs {kind}"),
+            unit,
+            "requests per second",
+            vec![named("request throughput", pts("request_throughput"))],
+            true,
+        ),
+        line(
+            &format!("Output tokens vs {kind}"),
+            unit,
+            "output tokens per second",
+            vec![named("output tok/s", pts("output_token_throughput"))],
+            true,
+        ),
+        pair("TTFT", "ttft"),
+        pair("ITL", "itl"),
+        pair("TPOT", "tpot"),
+        pair("E2E", "e2e"),
+        line(
+            "Latency–throughput trade-off",
+            "total output tokens per second",
+            "output tokens per second per user",
+            vec![named("steps", trade)],
+            true,
+        ),
+        line(
+            "TTFT CDF by step",
+            "time to first token (ms)",
+            "share of requests",
+            step_cdf(|x| x.ttft_ms),
+            false,
+        ),
+        line(
+            "E2E latency CDF by step",
+            "end-to-end latency (ms)",
+            "share of requests",
+            step_cdf(|x| x.e2e_ms),
+            false,
+        ),
+    ])
 }
 
 fn stats_rows(m: &quetta_metrics::MetricsSummary) -> Vec<(&'static str, &Stats)> {
@@ -258,12 +321,8 @@ fn config_table(s: &mut String, sum: &Summary) {
             if v.is_null() {
                 continue;
             }
-            let _ = write!(
-                s,
-                "<tr><td>{}</td><td>{}</td></tr>",
-                esc(k),
-                esc(v.to_string().trim_matches('"'))
-            );
+            let _ =
+                write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&crate::pdf::setting(v)));
         }
     }
     s.push_str("</table>");
@@ -356,7 +415,36 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
     }
 }
 
-/// The whole HTML document.
+/// Hover a point to read it (each point's `<title>`), click a legend entry to hide or show
+/// its series. `data-rendered` on each chart counts the points the browser parsed, and
+/// `data-error` on the body holds a script error (the browser test reads both).
+const SCRIPT: &str = r#"<script>
+window.addEventListener('error', function (e) { document.body.dataset.error = String(e.message); });
+document.querySelectorAll('svg').forEach(function (svg) {
+  var n = 0;
+  svg.querySelectorAll('g.series polyline').forEach(function (p) { n += p.points.numberOfItems; });
+  svg.dataset.rendered = n;
+  svg.querySelectorAll('g.legend').forEach(function (l) {
+    l.addEventListener('click', function () {
+      var g = svg.querySelector('g.series[data-series="' + l.dataset.series + '"]');
+      var hidden = g.style.display === 'none';
+      g.style.display = hidden ? '' : 'none';
+      l.style.opacity = hidden ? 1 : 0.35;
+    });
+  });
+});
+document.body.dataset.ready = '1';
+</script>"#;
+
+/// `label` and `metadata` of a run, as one line (empty when it has neither).
+fn tags(sum: &Summary) -> String {
+    let c = &sum.config;
+    let mut parts: Vec<String> = c.label.iter().map(|l| format!("label {l}")).collect();
+    parts.extend(c.metadata.iter().map(|(k, v)| format!("{k}={v}")));
+    parts.join(" · ")
+}
+
+/// The whole HTML document: the summary first, the configuration last.
 pub fn render(res: &Results) -> String {
     let mut s = String::new();
     let title = match res {
@@ -369,58 +457,88 @@ pub fn render(res: &Results) -> String {
     let _ = write!(s, "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{CSS}</style></head><body><h1>{}</h1>", esc(&title), esc(&title));
     match res {
         Results::Run(r) => {
+            let t = &r.summary.target;
             let _ = write!(
                 s,
-                "<p>Started {} · {} {}</p>",
+                "<p>{} {} ({}) · started {} · {} {}</p>",
+                esc(&t.backend),
+                esc(&t.base_url),
+                esc(&t.endpoint),
                 esc(&r.summary.started_at),
                 esc(&r.summary.tool),
                 esc(&r.summary.tool_version)
             );
+            let tags = tags(&r.summary);
+            if !tags.is_empty() {
+                let _ = write!(s, "<p>{}</p>", esc(&tags));
+            }
             run_section(&mut s, r, "Results");
             s.push_str("<h2>Configuration</h2>");
             config_table(&mut s, &r.summary);
         }
         Results::Sweep(sw) => sweep_body(&mut s, sw),
     }
+    s.push_str(SCRIPT);
     s.push_str("</body></html>\n");
     s
 }
 
-/// The body of a sweep's report: highlights, the sweep table and charts, then each step.
+/// The first SLO-bearing step whose objectives failed, as "KIND VALUE: why".
+pub(crate) fn slo_break(sw: &SweepData) -> Option<String> {
+    let kind = sw.sweep.kind.as_str();
+    sw.steps.iter().zip(&sw.sweep.steps).find_map(|(r, st)| {
+        let v = r.summary.metrics.slo_verdict.as_ref()?;
+        (!v.pass).then(|| format!("{kind} {}: {}", ms(Some(st.value())), crate::verdict_line(v)))
+    })
+}
+
+/// The body of a sweep's report: a one-page summary (target, what was swept, the peak,
+/// where SLOs broke), the sweep table and charts, each step, the configuration last.
 fn sweep_body(s: &mut String, sw: &SweepData) {
     let kind = sw.sweep.kind.as_str();
+    let values: Vec<String> = sw.sweep.steps.iter().map(|st| ms(Some(st.value()))).collect();
+    s.push_str("<h2>Summary</h2><table class=\"kv\">");
     if let Some(first) = sw.steps.first() {
+        let t = &first.summary.target;
         let _ = write!(
             s,
-            "<p>Started {} · {} steps</p>",
-            esc(&first.summary.started_at),
-            sw.steps.len()
+            "<tr><td>target</td><td>{} {} ({}), model {}</td></tr>",
+            esc(&t.backend),
+            esc(&t.base_url),
+            esc(&t.endpoint),
+            esc(&t.model)
         );
-        s.push_str("<h2>Configuration</h2><p>Of the first step; each step sets its own load.</p>");
-        config_table(s, &first.summary);
+        let _ = write!(s, "<tr><td>started</td><td>{}</td></tr>", esc(&first.summary.started_at));
+        let tags = tags(&first.summary);
+        if !tags.is_empty() {
+            let _ = write!(s, "<tr><td>tags</td><td>{}</td></tr>", esc(&tags));
+        }
     }
-    s.push_str("<h2>Highlights</h2>");
-    let peak = sw.sweep.peak.as_ref();
-    highlights(
+    let _ = write!(
         s,
-        &[
-            (
-                format!(
-                    "peak requests per second (at {kind} {})",
-                    ms(peak.map(crate::SweepStep::value))
-                ),
-                format!("{:.2}", peak.map_or(0.0, |p| p.request_throughput)),
-            ),
-            (
-                "peak output tokens per second".into(),
-                format!(
-                    "{:.1}",
-                    sw.sweep.steps.iter().map(|x| x.output_token_throughput).fold(0.0, f64::max)
-                ),
-            ),
-            ("total errors".into(), sw.sweep.total_errors.to_string()),
-        ],
+        "<tr><td>swept</td><td>{kind} {} ({} steps)</td></tr>",
+        esc(&values.join(", ")),
+        values.len()
     );
+    let _ = write!(
+        s,
+        "<tr><td>peak</td><td>{}</td></tr>",
+        sw.sweep.peak.as_ref().map_or("none (no step ran to its end)".into(), |p| format!(
+            "{:.2} req/s, {:.1} output tok/s at {kind} {}",
+            p.request_throughput,
+            p.output_token_throughput,
+            ms(Some(p.value()))
+        ))
+    );
+    let slo = match slo_break(sw) {
+        Some(b) => format!("first broken at {b}"),
+        None if sw.steps.iter().any(|r| r.summary.metrics.slo_verdict.is_some()) => {
+            "met at every step".into()
+        }
+        None => "none given".into(),
+    };
+    let _ = write!(s, "<tr><td>SLOs</td><td>{}</td></tr>", esc(&slo));
+    let _ = write!(s, "<tr><td>errors</td><td>{}</td></tr></table>", sw.sweep.total_errors);
     s.push_str("<h2>Sweep</h2><table><tr>");
     for h in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0)) {
         let _ = write!(s, "<th>{h}</th>");
@@ -445,5 +563,9 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
     for (i, r) in sw.steps.iter().enumerate() {
         let label = ms(sw.sweep.steps.get(i).map(crate::SweepStep::value));
         run_section(s, r, &format!("Step {} — {kind} {label}", i + 1));
+    }
+    if let Some(first) = sw.steps.first() {
+        s.push_str("<h2>Configuration</h2><p>Of the first step; each step sets its own load.</p>");
+        config_table(s, &first.summary);
     }
 }

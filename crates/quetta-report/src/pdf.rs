@@ -138,7 +138,9 @@ impl Page {
             f64::midpoint(al, ar) - 0.8 * c.x_label.len() as f64,
             ab + 9.5,
         );
-        self.text_at(&c.y_label, 8.0, x, at - 2.0);
+        // the y axis' label in the top right corner, clear of the legend row
+        let y_label = format!("y: {}", c.y_label);
+        self.text_at(&y_label, 7.0, ar - 1.35 * y_label.chars().count() as f64, y + 6.0);
         for (i, s) in c.series.iter().enumerate() {
             let col = COLOURS[i % COLOURS.len()];
             let pts: Vec<(f64, f64)> = s.points.iter().map(|&(a, b)| map(a, b)).collect();
@@ -149,9 +151,10 @@ impl Page {
                     self.polyline(&[(px - 0.8, py + 0.8), (px + 0.8, py - 0.8)], col, 0.7);
                 }
             }
-            let ly = at + 4.0 + 4.0 * i as f64;
-            self.polyline(&[(ar - 45.0, ly - 1.0), (ar - 39.0, ly - 1.0)], col, 1.0);
-            self.text_at(&s.name, 7.0, ar - 37.0, ly);
+            let (lx, ly) = l.legend[i];
+            let (lx, ly) = (x + lx * k, y + ly * k);
+            self.polyline(&[(lx, ly - 1.0), (lx + 6.0, ly - 1.0)], col, 1.0);
+            self.text_at(&s.name, 7.0, lx + 7.5, ly);
         }
     }
 }
@@ -196,6 +199,21 @@ fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
 
 const METRIC_WIDTHS: [f64; 9] = [48.0, 22.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0];
 
+/// A setting as people read it: `5`, `chat`, `ttft_ms 20, itl_ms 5` (not JSON).
+pub(crate) fn setting(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k} {}", setting(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        serde_json::Value::Array(a) => a.iter().map(setting).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
 fn config_lines(p: &mut Page, r: &RunData) {
     let t = &r.summary.target;
     p.line(
@@ -206,7 +224,7 @@ fn config_lines(p: &mut Page, r: &RunData) {
         let items: Vec<String> = o
             .iter()
             .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| format!("{k}: {}", v.to_string().trim_matches('"')))
+            .map(|(k, v)| format!("{k}: {}", setting(v)))
             .collect();
         for chunk in items.chunks(3) {
             p.line(&chunk.join("    "), 8.0);
@@ -239,12 +257,7 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     for (i, c) in charts.iter().take(2).enumerate() {
         p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(85.0));
     }
-    for pair in charts[2.min(charts.len())..].chunks(2) {
-        let p = d.page();
-        for (i, c) in pair.iter().enumerate() {
-            p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
-        }
-    }
+    chart_grid(d, &charts[2.min(charts.len())..]);
 }
 
 /// Error kinds, then the most frequent messages (cut to fit the line).
@@ -291,79 +304,100 @@ pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
 
 /// The pages of a sweep: title and configuration, the sweep table and charts, one page per
 /// step.
+/// Charts two by two on pages of their own.
+fn chart_grid(d: &mut Doc, charts: &[Chart]) {
+    for page in charts.chunks(4) {
+        let p = d.page();
+        for (i, c) in page.iter().enumerate() {
+            let (col, row) = ((i % 2) as f64, (i / 2) as f64);
+            p.chart(c, 14.0 + col * 136.0, 14.0 + row * 96.0, 130.0, 88.0);
+        }
+    }
+}
+
+/// The pages of a sweep: a summary page first (target, what was swept, the peak, where SLOs
+/// broke, the sweep table), the charts four to a page, one page per step, the
+/// configuration last.
 fn sweep_pages(d: &mut Doc, sw: &SweepData) {
     let kind = sw.sweep.kind.as_str();
     let mut p = d.page();
+    let first = sw.steps.first();
     p.line(
-        &format!(
-            "Quetta sweep report — {}",
-            sw.steps.first().map_or("", |r| r.summary.target.model.as_str())
-        ),
+        &format!("Quetta sweep report — {}", first.map_or("", |r| r.summary.target.model.as_str())),
         18.0,
     );
-    if let Some(first) = sw.steps.first() {
+    if let Some(f) = first {
+        let t = &f.summary.target;
         p.line(
             &format!(
-                "started {}    {} steps over {kind}",
-                first.summary.started_at,
-                sw.steps.len()
+                "target {} {} ({}), started {}",
+                t.backend, t.base_url, t.endpoint, f.summary.started_at
             ),
             9.0,
         );
-        p.y += 3.0;
-        p.line("Configuration (of the first step; each step sets its own load)", 12.0);
-        config_lines(&mut p, first);
     }
-    p.y += 3.0;
-    p.line("Highlights", 12.0);
-    let peak = sw.sweep.peak.as_ref();
+    let values: Vec<String> = sw.sweep.steps.iter().map(|st| fmt(Some(st.value()))).collect();
+    p.line(&format!("swept {kind} {} ({} steps)", values.join(", "), values.len()), 10.0);
     p.line(
-        &format!(
-            "peak throughput {:.2} req/s at {kind} {}",
-            peak.map_or(0.0, |p| p.request_throughput),
-            fmt(peak.map(crate::SweepStep::value))
-        ),
+        &sw.sweep.peak.as_ref().map_or("peak: none (no step ran to its end)".into(), |pk| {
+            format!(
+                "peak {:.2} req/s, {:.1} output tok/s at {kind} {}",
+                pk.request_throughput,
+                pk.output_token_throughput,
+                fmt(Some(pk.value()))
+            )
+        }),
         10.0,
     );
+    let slo = match crate::html::slo_break(sw) {
+        Some(b) => format!("SLOs first broken at {b}"),
+        None if sw.steps.iter().any(|r| r.summary.metrics.slo_verdict.is_some()) => {
+            "SLOs met at every step".into()
+        }
+        None => "no SLOs given".into(),
+    };
+    p.line(&slo, 10.0);
     p.line(&format!("total errors {}", sw.sweep.total_errors), 10.0);
-    let mut p = d.page();
-    p.line("Sweep summary", 14.0);
+    p.y += 2.0;
     let mut rows = vec![std::iter::once(kind)
         .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0))
         .map(str::to_owned)
         .collect::<Vec<_>>()];
     for st in &sw.sweep.steps {
-        rows.push(
-            std::iter::once(kind)
-                .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
-                .map(|k| fmt(st.column(k)))
-                .collect(),
-        );
+        let mut row: Vec<String> = std::iter::once(kind)
+            .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
+            .map(|k| fmt(st.column(k)))
+            .collect();
+        if st.partial {
+            row[0].push_str(" (partial)");
+        }
+        rows.push(row);
     }
     p.table(&rows, &[26.0, 24.0, 26.0, 26.0, 26.0, 26.0, 26.0, 26.0, 22.0, 22.0], 8.0);
-    let charts = sweep_charts(sw);
-    let y0 = p.y + 2.0;
-    for (i, c) in charts.iter().take(2).enumerate() {
-        p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(90.0));
-    }
-    let p = d.page();
-    for (i, c) in charts.iter().skip(2).enumerate() {
-        p.chart(c, 14.0 + i as f64 * 136.0, 20.0, 130.0, 90.0);
-    }
+    chart_grid(d, &sweep_charts(sw));
     for (i, r) in sw.steps.iter().enumerate() {
         let label = fmt(sw.sweep.steps.get(i).map(crate::SweepStep::value));
         let mut p = d.page();
         p.line(&format!("Step {} — {kind} {label}", i + 1), 14.0);
+        if let Some(l) = crate::partial_label(&r.summary) {
+            p.line(&l, 10.0);
+        }
         p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
         let hl: Vec<String> =
             run_highlights(&r.summary.metrics).iter().map(|(k, v)| format!("{k}: {v}")).collect();
         for h in hl.chunks(3) {
             p.line(&h.join("    "), 9.0);
         }
+        error_lines(&mut p, &r.summary.metrics);
         let charts = run_charts(r);
         let y0 = p.y + 2.0;
         for (j, c) in charts.iter().take(2).enumerate() {
             p.chart(c, 14.0 + j as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(80.0));
         }
+    }
+    if let Some(f) = first {
+        let mut p = d.page();
+        p.line("Configuration (of the first step; each step sets its own load)", 12.0);
+        config_lines(&mut p, f);
     }
 }

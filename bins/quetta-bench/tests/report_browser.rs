@@ -1,0 +1,117 @@
+//! The HTML report of real runs, opened in a real browser (headless Chromium, Debian's
+//! `chromium`, installed by .ci/run): no script error, and every chart drew all its points.
+//! Without a Chromium on the machine the test says so and checks nothing else.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_quetta-bench"))
+}
+
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("QUETTA_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
+        let ok = Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success());
+        ok.then(|| PathBuf::from(name))
+    })
+}
+
+/// The DOM after the page's scripts ran.
+fn dom(browser: &Path, html: &Path) -> String {
+    let profile = html.with_extension("chromium-profile");
+    let o = Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", html.canonicalize().unwrap().display()))
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The value of `attr="..."` in a tag's text.
+fn attr<'a>(tag: &'a str, attr: &str) -> Option<&'a str> {
+    let k = format!("{attr}=\"");
+    let i = tag.find(&k)? + k.len();
+    tag[i..].split('"').next()
+}
+
+fn check(browser: &Path, html: &Path, min_charts: usize) {
+    let d = dom(browser, html);
+    let body = &d[d.find("<body").expect("a body")..];
+    let body_tag = &body[..body.find('>').unwrap()];
+    assert_eq!(attr(body_tag, "data-ready"), Some("1"), "the script ran to its end");
+    assert_eq!(attr(body_tag, "data-error"), None, "no script error");
+    let charts: Vec<&str> = d.split("<svg").skip(1).collect();
+    assert!(charts.len() >= min_charts, "{} charts", charts.len());
+    for c in charts {
+        let svg = &c[..c.find("</svg>").unwrap()];
+        let tag = &svg[..svg.find('>').unwrap()];
+        let title = attr(tag, "aria-label").unwrap_or("?");
+        let planned: usize = svg
+            .split("data-points=\"")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().parse::<usize>().unwrap())
+            .sum();
+        let rendered: usize =
+            attr(tag, "data-rendered").expect("counted by the script").parse().unwrap();
+        assert!(planned > 0, "{title}: a chart without data was drawn");
+        assert_eq!(rendered, planned, "{title}: the browser parsed every point");
+        assert!(svg.contains("<title>"), "{title}: points can be hovered");
+    }
+}
+
+#[test]
+fn the_html_reports_render_in_a_real_browser() {
+    let Some(browser) = chromium() else {
+        eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
+        return;
+    };
+    let root = std::env::temp_dir().join(format!("quetta-browser-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (run, sweep, failed) = (root.join("run"), root.join("sweep"), root.join("failed"));
+    let go = |args: &[&str]| {
+        let o = bin().args(args).arg("-q").output().unwrap();
+        assert!(
+            o.status.code().is_some_and(|c| c <= 1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    go(&["run", "--duration", "5", "--concurrency", "8", "--output-dir", run.to_str().unwrap()]);
+    go(&[
+        "sweep",
+        "--concurrencies",
+        "4,16",
+        "--num-requests",
+        "32",
+        "--output-dir",
+        sweep.to_str().unwrap(),
+    ]);
+    go(&[
+        "run",
+        "--num-requests",
+        "5",
+        "--sim-fault",
+        "http500",
+        "--output-dir",
+        failed.to_str().unwrap(),
+    ]);
+    for d in [&run, &sweep, &failed] {
+        let o = bin().arg("report").arg(d).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // a 5 s run: three CDFs and four over-time charts
+    check(&browser, &run.join("report.html"), 7);
+    // a sweep: its nine charts, and each step's
+    check(&browser, &sweep.join("report.html"), 9);
+    // nothing succeeded: no chart at all, the errors first
+    let d = dom(&browser, &failed.join("report.html"));
+    assert!(!d.contains("<svg") && d.contains("FAILED: every one of the 5"));
+    let _ = std::fs::remove_dir_all(&root);
+}
