@@ -459,6 +459,27 @@ fn json_goes_to_stdout_alone_and_labels_and_metadata_are_kept() {
         "the table goes to stderr"
     );
     valid(SUMMARY_SCHEMA, &s);
+    // compare and the reports show them
+    let other = tmpdir("json-other");
+    let o = run(&[
+        "run",
+        "--num-prompts",
+        "5",
+        "--label",
+        "candidate",
+        "-q",
+        "--output-dir",
+        other.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let out = text(&run(&["compare", d.to_str().unwrap(), other.to_str().unwrap()]));
+    assert!(
+        out.contains("label baseline, gpu=H100, tp=2") && out.contains("label candidate"),
+        "{out}"
+    );
+    assert!(run(&["report", d.to_str().unwrap()]).status.success());
+    let html = std::fs::read_to_string(d.join("report.html")).unwrap();
+    assert!(html.contains("label baseline · gpu=H100 · tp=2"));
 }
 
 #[test]

@@ -98,7 +98,8 @@ pub struct CompareReport {
     /// The threshold of `fail_on_regression`, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression_threshold: Option<f64>,
-    /// The run headers shown by [`CompareReport::render`] (model, start).
+    /// The run headers shown by [`CompareReport::render`] (model, start, `--label` and
+    /// `--metadata`).
     #[serde(skip)]
     pub headers: [String; 2],
 }
@@ -281,7 +282,16 @@ pub fn compare(
             n: None,
         });
     }
-    let header = |s: &Summary| format!("{}, {}", s.target.model, s.started_at);
+    let header = |s: &Summary| {
+        let mut h = format!("{}, {}", s.target.model, s.started_at);
+        if let Some(l) = &s.config.label {
+            let _ = write!(h, ", label {l}");
+        }
+        for (k, v) in &s.config.metadata {
+            let _ = write!(h, ", {k}={v}");
+        }
+        h
+    };
     Ok(CompareReport {
         baseline: baseline.path().display().to_string(),
         candidate: candidate.path().display().to_string(),
