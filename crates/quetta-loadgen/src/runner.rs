@@ -522,6 +522,7 @@ async fn run_requests(
     // the counters from here on are the measured phase's (warmup requests have all ended)
     prog.completed.store(0, Ordering::Relaxed);
     prog.failed.store(0, Ordering::Relaxed);
+    prog.recent_ttft_ms.clear();
     prog.planned.store(known.unwrap_or(0), Ordering::Relaxed);
     let ms = cfg.duration.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     prog.duration_ms.store(ms, Ordering::Relaxed);

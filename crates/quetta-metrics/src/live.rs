@@ -14,6 +14,8 @@ use std::sync::Mutex;
 ///     m.push(v);
 /// }
 /// assert_eq!(m.median(), Some(20.0));
+/// m.clear();
+/// assert_eq!(m.median(), None);
 /// ```
 #[derive(Debug, Default)]
 pub struct RecentMedian {
@@ -30,6 +32,11 @@ impl RecentMedian {
             q.pop_front();
         }
         q.push_back(v);
+    }
+
+    /// Forget every value (a new run or sweep step starts).
+    pub fn clear(&self) {
+        self.values.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 
     /// The median of the window (the lower middle value of an even count).
