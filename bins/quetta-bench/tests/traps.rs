@@ -426,6 +426,36 @@ fn vllm_bench_serve_commands_run_unchanged_with_the_same_meaning() {
         assert!(v.get(k).is_some(), "{k} missing");
     }
     assert_eq!(v["latencies"].as_array().unwrap().len(), 100);
+    // --metric-percentiles: vLLM's keys for each percentile asked for
+    let name = "pcts.json";
+    let o = run(&[
+        "run",
+        "--num-prompts",
+        "10",
+        "--metric-percentiles",
+        "25,99.9",
+        "--save-result",
+        "--result-dir",
+        results.to_str().unwrap(),
+        "--result-filename",
+        name,
+        "-q",
+        "--output-dir",
+        dir.join("pcts").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let p = json(&results.join(name));
+    valid(include_str!("../../../docs/schema/vllm_result.schema.json"), &p);
+    for k in [
+        "p25_ttft_ms",
+        "p99.9_ttft_ms",
+        "p25_itl_ms",
+        "p25_tpot_ms",
+        "p99.9_e2el_ms",
+        "p99_ttft_ms",
+    ] {
+        assert!(p[k].as_f64().is_some(), "{k}: {p}");
+    }
     let peak = v["max_concurrent_requests"].as_u64().unwrap();
     assert!((1..=8).contains(&peak), "at most 8 in flight: {peak}");
 }

@@ -131,7 +131,13 @@ impl Dist {
             p99: q(99.0),
             p999: q(99.9),
             max: Some(round3(self.max)),
-            extra: extra.iter().map(|&p| (percentile_key(p), q(p))).collect(),
+            // the standard ones are fields already: `--percentiles 99.9` must not write
+            // `p999` twice (summary.json could not be read back)
+            extra: extra
+                .iter()
+                .filter(|&&p| !STANDARD_PERCENTILES.iter().any(|s| (s - p).abs() < 1e-9))
+                .map(|&p| (percentile_key(p), q(p)))
+                .collect(),
         }
     }
 }
@@ -253,6 +259,9 @@ pub struct TurnSummary {
 fn round3(v: f64) -> f64 {
     (v * 1e3).round() / 1e3
 }
+
+/// The percentiles every [`Stats`] has as fields (p50, p90, p95, p99, p99.9).
+pub const STANDARD_PERCENTILES: [f64; 5] = [50.0, 90.0, 95.0, 99.0, 99.9];
 
 /// `p50`, `p99`, `p999`, `p99_99`-style key for a percentile.
 pub fn percentile_key(p: f64) -> String {

@@ -190,6 +190,32 @@ pub struct VllmResult {
     pub max_output_tokens_per_s: f64,
     /// Real-time factor of audio transcription: 0 for text generation.
     pub rtfx: f64,
+    /// Percentiles besides p99, named as vLLM names them (`p25_ttft_ms`, `p99.9_itl_ms`; of
+    /// ttft, tpot, itl and e2el): p50, p90, p95, p99.9 and those asked for with
+    /// `--metric-percentiles` (`--percentiles`).
+    #[serde(flatten)]
+    pub percentiles: std::collections::BTreeMap<String, Option<f64>>,
+}
+
+/// `p25_ttft_ms`, `p99.9_e2el_ms`, ... of the extra percentiles of each metric.
+fn vllm_percentiles(
+    m: &quetta_metrics::MetricsSummary,
+) -> std::collections::BTreeMap<String, Option<f64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, st) in
+        [("ttft", &m.ttft_ms), ("tpot", &m.tpot_ms), ("itl", &m.itl_ms), ("e2el", &m.e2e_ms)]
+    {
+        let standard = [("50", st.p50), ("90", st.p90), ("95", st.p95), ("99.9", st.p999)];
+        for (p, v) in standard {
+            out.insert(format!("p{p}_{name}_ms"), v);
+        }
+        for (k, v) in &st.extra {
+            // quetta's p99_99 is vLLM's p99.99
+            let p = k.trim_start_matches('p').replace('_', ".");
+            out.insert(format!("p{p}_{name}_ms"), *v);
+        }
+    }
+    out
 }
 
 /// The most requests in flight at once: a sweep over send (+1) and end (−1) times.
@@ -322,6 +348,7 @@ pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
         max_concurrent_requests: max_in_flight(recs),
         max_output_tokens_per_s: max_tokens_per_s(recs),
         rtfx: 0.0,
+        percentiles: vllm_percentiles(m),
     }
 }
 
