@@ -571,6 +571,15 @@ pub struct RunArgs {
     /// Scrape the server's Prometheus metrics during the run (`auto`: BASE_URL/metrics).
     #[arg(help_heading = "Telemetry", long)]
     pub server_metrics: Option<String>,
+    /// Bearer token for an explicit --server-metrics URL (the API key goes only to the
+    /// server's own /metrics, `auto`).
+    #[arg(
+        help_heading = "Telemetry",
+        long,
+        env = "QUETTA_SERVER_METRICS_KEY",
+        hide_env_values = true
+    )]
+    pub server_metrics_key: Option<String>,
     /// Interval between two scrapes: seconds, or 500ms.
     #[arg(help_heading = "Telemetry", long, value_parser = duration_arg, default_value = "1s")]
     pub server_metrics_interval: Duration,
@@ -920,6 +929,7 @@ impl RunArgs {
         b.sessions.max_concurrency = self.max_concurrency.filter(|_| self.multiturn());
         b.telemetry.server_metrics.clone_from(&self.server_metrics);
         b.telemetry.server_metrics_interval = self.server_metrics_interval;
+        b.telemetry.server_metrics_key = self.server_metrics_key.clone().filter(|k| !k.is_empty());
         b.telemetry.gpu = self.gpu_telemetry;
         b.telemetry.gpu_interval = self.gpu_interval;
         b.stop_on_saturation = self.stop_on_saturation;

@@ -651,3 +651,39 @@ fn overwrite_removes_quettas_own_files_only_and_default_names_never_collide() {
     assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
     assert_eq!(std::fs::read_dir(cwd.join("quetta-results")).unwrap().count(), 2);
 }
+
+#[test]
+fn the_api_key_goes_only_to_the_target_and_the_scraper_only_gets_its_own() {
+    // a Prometheus endpoint on another port, logging every request's headers
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    let metrics = fake_server(move |_, _, headers| {
+        log.lock().unwrap().push(headers.to_owned());
+        (200, "vllm:num_requests_running 1\n".into())
+    });
+    let d = tmpdir("scrape-key");
+    let args = [
+        "run",
+        "--num-requests",
+        "20",
+        "--concurrency",
+        "2",
+        "--api-key",
+        "sk-canary-target",
+        "-q",
+    ];
+    let scrape =
+        ["--server-metrics", &format!("{metrics}/metrics"), "--server-metrics-interval", "100ms"];
+    let o = run(&[&args[..], &scrape[..], &["--output-dir", d.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let heads = seen.lock().unwrap().join("").to_ascii_lowercase();
+    assert!(!heads.is_empty(), "the endpoint was scraped");
+    assert!(!heads.contains("sk-canary-target") && !heads.contains("authorization"), "{heads}");
+    // a key given for it explicitly goes to it
+    seen.lock().unwrap().clear();
+    let d2 = tmpdir("scrape-key-2");
+    let own = ["--server-metrics-key", "sk-metrics", "--output-dir", d2.to_str().unwrap()];
+    assert!(run(&[&args[..], &scrape[..], &own[..]].concat()).status.success());
+    let heads = seen.lock().unwrap().join("");
+    assert!(heads.contains("Bearer sk-metrics") && !heads.contains("sk-canary-target"), "{heads}");
+}

@@ -68,8 +68,18 @@ fn parse(url: &str) -> Result<Uri, EngineError> {
     url.parse().map_err(|e| EngineError::Request(format!("bad URL {url}: {e}")))
 }
 
+/// The origin of a URI: scheme, host and port (the scheme's default when none is written).
+/// A credential goes only to the origin it was given for.
+pub fn origin(uri: &Uri) -> (String, String, u16) {
+    let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
+    let default = if scheme == "https" { 443 } else { 80 };
+    let host = uri.host().unwrap_or("").to_ascii_lowercase();
+    (scheme, host, uri.port_u16().unwrap_or(default))
+}
+
 /// GET `url`, following up to 5 redirects, with an optional bearer token (sent only to the
-/// first host), failing after `timeout` or beyond `max_bytes`.
+/// first URL's origin: same scheme, host and port; a redirect elsewhere goes without it),
+/// failing after `timeout` or beyond `max_bytes`.
 pub async fn get(
     url: &str,
     bearer: Option<&str>,
@@ -79,9 +89,9 @@ pub async fn get(
     let deadline = Instant::now() + timeout;
     let t = transport(false)?;
     let mut uri = parse(url)?;
-    let first_host = uri.host().map(str::to_owned);
+    let first = origin(&uri);
     for _ in 0..6 {
-        let token = bearer.filter(|_| uri.host().map(str::to_owned) == first_host);
+        let token = bearer.filter(|_| origin(&uri) == first);
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(EngineError::Timeout(TimeoutPhase::Total));

@@ -53,6 +53,9 @@ pub struct Telemetry {
     /// Scrape this Prometheus endpoint during the run (`auto`: the target's `/metrics`).
     pub server_metrics: Option<String>,
     pub server_metrics_interval: Duration,
+    /// Bearer token for an explicit `server_metrics` URL (never written anywhere). The
+    /// target's key goes only to the target's own `/metrics` (`auto`), never elsewhere.
+    pub server_metrics_key: Option<String>,
     /// Sample the local NVIDIA GPUs through NVML (without a driver the run says so and goes on).
     pub gpu: bool,
     pub gpu_interval: Duration,
@@ -63,6 +66,7 @@ impl Default for Telemetry {
         Self {
             server_metrics: None,
             server_metrics_interval: Duration::from_secs(1),
+            server_metrics_key: None,
             gpu: false,
             gpu_interval: Duration::from_millis(100),
         }

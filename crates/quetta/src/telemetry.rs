@@ -47,10 +47,13 @@ impl Running {
     /// Start what `t` asks for; series go to `dir` when there is one.
     pub(crate) fn start(t: &Telemetry, c: &Connected, dir: Option<&RunDir>) -> Self {
         let scraper = t.server_metrics.as_ref().map(|u| {
+            // a key goes only where it was given for: the target's own for its /metrics,
+            // an explicit one for an explicit URL (and fetch drops it on a redirect to
+            // another origin)
             let (url, bearer) = if u == "auto" {
                 (url_of(c, "metrics"), c.same_origin_key().map(str::to_owned))
             } else {
-                (u.clone(), None)
+                (u.clone(), t.server_metrics_key.clone())
             };
             Scraper::start(ScrapeConfig {
                 url,
