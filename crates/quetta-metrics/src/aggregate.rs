@@ -518,7 +518,8 @@ impl Aggregate {
         }
         self.dist(Metric::Queue).add(r.queue_ms);
         self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
-        if r.planned_output_tokens > 0 {
+        // of the completed requests only: a failed one says nothing of the output length
+        if r.planned_output_tokens > 0 && r.ok() {
             self.osl_planned += 1;
             self.osl_hits += u64::from(r.output_matches_plan());
         }
@@ -958,6 +959,30 @@ mod tests {
             error: fail.then_some(EngineError::Incomplete),
             ..Observation::default()
         })
+    }
+
+    #[test]
+    fn output_length_hits_count_completed_requests_and_errors_keep_their_words() {
+        let mut agg = Aggregate::new(None);
+        for i in 0..60 {
+            let mut r = rec(i, 50, i == 59);
+            r.planned_output_tokens = 10;
+            if i == 59 {
+                r.error = Some("HTTP 500: {\"error\":\"boom\"}".into());
+                r.error_kind = Some("http_5xx".into());
+            }
+            agg.add(&r);
+        }
+        let s = agg.summary(&[]);
+        assert_eq!(s.osl_hit_rate, Some(1.0), "59 of 59 completed, not 59 of 60");
+        assert_eq!(s.top_errors.len(), 1);
+        assert_eq!((s.top_errors[0].count, s.top_errors[0].kind.as_str()), (1, "http_5xx"));
+        assert!(s.top_errors[0].message.contains("boom"));
+        // merged and read back, the messages stay
+        let back: Aggregate = serde_json::from_str(&serde_json::to_string(&agg).unwrap()).unwrap();
+        let mut twice = back.clone();
+        twice.merge(&back);
+        assert_eq!(twice.summary(&[]).top_errors[0].count, 2);
     }
 
     #[test]

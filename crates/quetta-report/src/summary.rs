@@ -536,11 +536,13 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             m.stale_connection_retries
         );
     }
+    // milliseconds below a second: a short run's CPU is not "0.00 s"
+    let cpu = |v: f64| if v < 1.0 { format!("{:.1} ms", v * 1e3) } else { format!("{v:.2} s") };
     let _ = writeln!(
         s,
-        "client     cpu {:.2} s user + {:.2} s system, peak RSS {} MiB",
-        sum.client.cpu_user_s,
-        sum.client.cpu_system_s,
+        "client     cpu {} user + {} system, peak RSS {} MiB",
+        cpu(sum.client.cpu_user_s),
+        cpu(sum.client.cpu_system_s),
         sum.client.peak_rss_kib / 1024
     );
     for n in &sum.notes {
