@@ -245,50 +245,21 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     Ok(exit(verdict(&r.summary.metrics, a.min_success_rate)))
 }
 
-/// Exit 1 when nothing succeeded or the success rate is below `min`, saying why in the
-/// server's own words.
+/// Exit 1, saying why, when the run failed as a measurement (`MetricsSummary::failure`).
 fn verdict(m: &quetta::metrics::MetricsSummary, min: f64) -> ExitCode {
-    let why = || {
-        m.top_errors
-            .first()
-            .map_or(String::new(), |e| format!("; most often {}: {}", e.kind, e.message))
-    };
-    if m.completed == 0 {
-        if m.failed == 0 {
-            eprintln!("error: no request was measured");
-        } else {
-            eprintln!("error: all {} measured requests failed{}", m.failed, why());
+    match m.failure(min) {
+        Some(why) => {
+            eprintln!("error: {}", why.replace("is below", "is below --min-success-rate"));
+            ExitCode::from(1)
         }
-        return ExitCode::from(1);
+        None => ExitCode::SUCCESS,
     }
-    let rate = m.success_rate();
-    if rate < min {
-        eprintln!(
-            "error: success rate {:.1}% is below --min-success-rate {:.1}%{}",
-            rate * 100.0,
-            min * 100.0,
-            why()
-        );
-        return ExitCode::from(1);
-    }
-    ExitCode::SUCCESS
 }
 
 /// `--save-result`: the vLLM result JSON in --result-dir, named as vLLM names it.
 fn save_result(a: &RunArgs, d: &RunDir) -> Result<PathBuf> {
     let v = quetta::export::vllm(d)?;
-    let name = match &a.result_filename {
-        Some(n) => n.clone(),
-        None => {
-            let rate = a
-                .request_rate
-                .filter(|r| r.is_finite())
-                .map_or("inf".to_owned(), |r| r.to_string());
-            let conc = v.max_concurrency.map_or(String::new(), |c| format!("-concurrency{c}"));
-            let model = v.model_id.rsplit('/').next().unwrap_or("model").to_owned();
-            format!("{}-{rate}qps{conc}-{model}-{}.json", v.backend, v.date)
-        }
-    };
+    let name = a.result_filename.clone().unwrap_or_else(|| v.file_name());
     let dir = a.result_dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(name);

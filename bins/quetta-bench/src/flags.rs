@@ -814,7 +814,7 @@ impl RunArgs {
             // vLLM's `inf`: no schedule; every request at once, or --max-concurrency at a time
             let n = match (cap, self.duration) {
                 (Some(c), _) => c,
-                (None, None) => usize::try_from(self.num_requests.unwrap_or(100)).unwrap_or(usize::MAX),
+                (None, None) => usize::try_from(self.num_requests.unwrap_or(quetta::DEFAULT_REQUESTS)).unwrap_or(usize::MAX),
                 (None, Some(_)) => bail!("--request-rate inf with --duration sends without end: cap it with --max-concurrency"),
             };
             return Ok(Some(Load::closed(n)));

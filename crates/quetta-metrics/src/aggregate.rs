@@ -443,6 +443,34 @@ impl MetricsSummary {
     /// (m.completed, m.failed) = (99, 1);
     /// assert_eq!(m.success_rate(), 0.99);
     /// ```
+    /// Why a run failed as a measurement, in the server's own words (the most frequent
+    /// error message): nothing was measured, nothing succeeded, or the success rate is
+    /// below `min` (docs/METRICS.md); `None` for a run that passes.
+    ///
+    /// ```
+    /// let mut m = quetta_metrics::Aggregate::new(None).summary(&[]);
+    /// assert_eq!(m.failure(0.9).unwrap(), "no request was measured");
+    /// (m.completed, m.failed) = (95, 5);
+    /// assert_eq!(m.failure(0.9), None);
+    /// assert!(m.failure(0.99).unwrap().starts_with("success rate 95.0% is below 99.0%"));
+    /// ```
+    pub fn failure(&self, min: f64) -> Option<String> {
+        let why = self
+            .top_errors
+            .first()
+            .map_or(String::new(), |e| format!("; most often {}: {}", e.kind, e.message));
+        match (self.completed, self.failed) {
+            (0, 0) => Some("no request was measured".into()),
+            (0, n) => Some(format!("all {n} measured requests failed{why}")),
+            _ if self.success_rate() < min => Some(format!(
+                "success rate {:.1}% is below {:.1}%{why}",
+                self.success_rate() * 100.0,
+                min * 100.0
+            )),
+            _ => None,
+        }
+    }
+
     pub fn success_rate(&self) -> f64 {
         let measured = self.completed + self.failed;
         if measured == 0 {

@@ -197,6 +197,20 @@ pub struct VllmResult {
     pub percentiles: std::collections::BTreeMap<String, Option<f64>>,
 }
 
+impl VllmResult {
+    /// The name `vllm bench serve --save-result` gives this file:
+    /// `BACKEND-RATEqps[-concurrencyN]-MODEL-DATE.json` (the model's last path segment).
+    pub fn file_name(&self) -> String {
+        let rate = match &self.request_rate {
+            VllmRate::Rate(r) => r.to_string(),
+            VllmRate::Unbounded(s) => s.clone(),
+        };
+        let conc = self.max_concurrency.map_or(String::new(), |c| format!("-concurrency{c}"));
+        let model = self.model_id.rsplit('/').next().unwrap_or("model");
+        format!("{}-{rate}qps{conc}-{model}-{}.json", self.backend, self.date)
+    }
+}
+
 /// `p25_ttft_ms`, `p99.9_e2el_ms`, ... of the extra percentiles of each metric.
 fn vllm_percentiles(
     m: &quetta_metrics::MetricsSummary,

@@ -321,8 +321,12 @@ fn config_table(s: &mut String, sum: &Summary) {
             if v.is_null() {
                 continue;
             }
-            let _ =
-                write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&crate::pdf::setting(v)));
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                esc(k),
+                esc(&crate::summary::setting_text(v))
+            );
         }
     }
     s.push_str("</table>");
@@ -549,10 +553,8 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
         for k in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1)) {
             let _ = write!(s, "<td>{}</td>", ms(st.column(k)));
         }
-        if st.partial {
-            let ended = st.completed + st.failed;
-            let of = st.planned.map_or(String::new(), |p| format!(": {ended} of {p}"));
-            let _ = write!(s, "<td class=\"note\">PARTIAL{of}</td>");
+        if let Some(p) = st.partial_label() {
+            let _ = write!(s, "<td class=\"note\">{p}</td>");
         }
         s.push_str("</tr>");
     }

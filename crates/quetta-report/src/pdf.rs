@@ -199,21 +199,6 @@ fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
 
 const METRIC_WIDTHS: [f64; 9] = [48.0, 22.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0];
 
-/// A setting as people read it: `5`, `chat`, `ttft_ms 20, itl_ms 5` (not JSON).
-pub(crate) fn setting(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Object(o) => o
-            .iter()
-            .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| format!("{k} {}", setting(v)))
-            .collect::<Vec<_>>()
-            .join(", "),
-        serde_json::Value::Array(a) => a.iter().map(setting).collect::<Vec<_>>().join(", "),
-        other => other.to_string(),
-    }
-}
-
 fn config_lines(p: &mut Page, r: &RunData) {
     let t = &r.summary.target;
     p.line(
@@ -224,7 +209,7 @@ fn config_lines(p: &mut Page, r: &RunData) {
         let items: Vec<String> = o
             .iter()
             .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| format!("{k}: {}", setting(v)))
+            .map(|(k, v)| format!("{k}: {}", crate::summary::setting_text(v)))
             .collect();
         for chunk in items.chunks(3) {
             p.line(&chunk.join("    "), 8.0);
@@ -369,6 +354,7 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
             .map(|k| fmt(st.column(k)))
             .collect();
         if st.partial {
+            // the column is narrow: the step's page says how much of it ran
             row[0].push_str(" (partial)");
         }
         rows.push(row);

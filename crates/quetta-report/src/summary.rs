@@ -365,10 +365,31 @@ pub fn partial_label(sum: &Summary) -> Option<String> {
         return None;
     }
     let ended = sum.metrics.completed + sum.metrics.failed;
-    Some(match sum.planned {
+    Some(cut_short(ended, sum.planned))
+}
+
+/// `PARTIAL: 6 of 100 planned`, or `PARTIAL` without a planned count: one wording for runs
+/// and sweep steps, in the terminal and the reports.
+pub(crate) fn cut_short(ended: u64, planned: Option<u64>) -> String {
+    match planned {
         Some(p) => format!("PARTIAL: {ended} of {p} planned"),
         None => "PARTIAL".to_owned(),
-    })
+    }
+}
+
+/// A setting as people read it: `5`, `chat`, `ttft_ms 20, itl_ms 5` (not JSON).
+pub(crate) fn setting_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k} {}", setting_text(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        serde_json::Value::Array(a) => a.iter().map(setting_text).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
 }
 
 /// The errors of a run: counts by kind, then the most frequent messages in the server's

@@ -98,6 +98,11 @@ impl SweepStep {
         }
     }
 
+    /// `PARTIAL: 6 of 100 planned` for a step cut short, as the table and the reports say.
+    pub fn partial_label(&self) -> Option<String> {
+        self.partial.then(|| crate::summary::cut_short(self.completed + self.failed, self.planned))
+    }
+
     /// The varied value (concurrency or rate).
     pub fn value(&self) -> f64 {
         self.concurrency.or(self.rate).unwrap_or(0.0)
@@ -134,7 +139,7 @@ impl SweepStep {
 /// let r = SweepReport::new(SweepKind::Concurrency, vec![step(1.0, 10.0), step(4.0, 30.0), cut], false, vec![]);
 /// // the step cut short is no peak, and its row says how much of it ran
 /// assert_eq!(r.peak.as_ref().unwrap().concurrency, Some(4.0));
-/// assert!(r.table().contains("req/s") && r.table().contains("PARTIAL: 6 of 100"));
+/// assert!(r.table().contains("req/s") && r.table().contains("PARTIAL: 6 of 100 planned"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepReport {
@@ -189,12 +194,8 @@ impl SweepReport {
             for (_, k) in SWEEP_COLUMNS {
                 let _ = write!(s, "{:>11}", figure(st.column(k)));
             }
-            if st.partial {
-                let ended = st.completed + st.failed;
-                let _ = match st.planned {
-                    Some(p) => write!(s, "  PARTIAL: {ended} of {p}"),
-                    None => write!(s, "  PARTIAL"),
-                };
+            if let Some(p) = st.partial_label() {
+                let _ = write!(s, "  {p}");
             }
             s.push('\n');
         }

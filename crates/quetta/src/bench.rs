@@ -73,6 +73,9 @@ impl Default for Telemetry {
     }
 }
 
+/// Measured requests of a benchmark given neither a count nor a duration.
+pub const DEFAULT_REQUESTS: u64 = 100;
+
 /// One benchmark: a target, a workload, a load and its stop, and where results go. Every
 /// field is public; the setters chain. Without an output directory nothing touches the disk.
 ///
@@ -298,7 +301,7 @@ impl Benchmark {
             if matches!(load, Load::Recorded { .. }) && !self.workload_is_trace() {
                 notes.push("arrival gaps drawn from the distribution file".into());
             }
-            let n = self.requests.or(Some(100).filter(|_| self.duration.is_none()));
+            let n = self.requests.or(Some(DEFAULT_REQUESTS).filter(|_| self.duration.is_none()));
             cfg.load = load.for_requests(built.recorded_offsets(n))?;
             cfg.num_requests = match load {
                 Load::Recorded { .. } => self.requests,

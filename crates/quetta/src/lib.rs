@@ -47,7 +47,7 @@ mod sweep;
 mod target;
 mod telemetry;
 
-pub use bench::{BenchReport, Benchmark, SessionOptions, Telemetry};
+pub use bench::{BenchReport, Benchmark, SessionOptions, Telemetry, DEFAULT_REQUESTS};
 pub use error::{Error, Result};
 pub use load::Load;
 pub use plan::{LengthStats, Plan, SessionPlan};
