@@ -122,7 +122,9 @@ impl Layout {
             (x0, x1, y1) = (0.0, 1.0, 1.0);
         }
         if x1 <= x0 {
-            x1 = x0 + 1.0;
+            // one x value (a one-step sweep): centre it instead of drawing it on the frame
+            let pad = (x0.abs() * 0.5).max(0.5);
+            (x0, x1) = (x0 - pad, x1 + pad);
         }
         let y0 = 0.0;
         // headroom: the highest line never touches the frame

@@ -520,9 +520,10 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
     }
     let _ = write!(
         s,
-        "<tr><td>swept</td><td>{kind} {} ({} steps)</td></tr>",
+        "<tr><td>swept</td><td>{kind} {} ({} step{})</td></tr>",
         esc(&values.join(", ")),
-        values.len()
+        values.len(),
+        if values.len() == 1 { "" } else { "s" }
     );
     let _ = write!(
         s,

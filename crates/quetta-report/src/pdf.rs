@@ -322,7 +322,8 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
         );
     }
     let values: Vec<String> = sw.sweep.steps.iter().map(|st| fmt(Some(st.value()))).collect();
-    p.line(&format!("swept {kind} {} ({} steps)", values.join(", "), values.len()), 10.0);
+    let steps = if values.len() == 1 { "step" } else { "steps" };
+    p.line(&format!("swept {kind} {} ({} {steps})", values.join(", "), values.len()), 10.0);
     p.line(
         &sw.sweep.peak.as_ref().map_or("peak: none (no step ran to its end)".into(), |pk| {
             format!(
