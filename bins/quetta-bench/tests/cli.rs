@@ -1,26 +1,11 @@
 //! `quetta-bench` as a user types it: flags, exit codes, what it prints and which files it
 //! writes. What the commands compute is tested in the libraries (`crates/quetta/tests`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_quetta-bench"))
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("quetta-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run quetta-bench")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod common;
+use common::{bin, run, text, tmpdir};
 
 fn schema() -> jsonschema::Validator {
     let s: serde_json::Value =

@@ -5,9 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_quetta-bench"))
-}
+mod common;
+use common::bin;
 
 fn chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("QUETTA_CHROMIUM") {

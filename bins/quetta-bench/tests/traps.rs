@@ -4,43 +4,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_quetta-bench"))
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("quetta-traps-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).env_remove("OPENAI_API_KEY").output().expect("run quetta-bench")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn valid(schema: &str, v: &serde_json::Value) {
-    let s: serde_json::Value = serde_json::from_str(schema).unwrap();
-    let errors: Vec<String> = jsonschema::validator_for(&s)
-        .unwrap()
-        .iter_errors(v)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{errors:?}");
-}
-
-const SUMMARY_SCHEMA: &str = include_str!("../../../docs/schema/summary.schema.json");
+mod common;
+use common::{bin, json, run, text, tmpdir, valid, SUMMARY_SCHEMA};
 
 #[test]
 fn a_bare_number_in_a_duration_flag_is_seconds() {
