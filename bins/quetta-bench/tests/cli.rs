@@ -242,11 +242,16 @@ fn tokenizer_id_is_downloaded_from_the_hub_into_the_cache() {
             if path == "/acme/tiny/resolve/main/tokenizer.json" {
                 assert!(req.to_lowercase().contains("authorization: bearer hf_canary"), "{req}");
                 let _ = s.write_all(
-                    b"HTTP/1.1 302 Found\r\nlocation: /cdn/tok.json\r\ncontent-length: 0\r\n\r\n",
+                    // this server answers one request per connection and says so
+                    b"HTTP/1.1 302 Found\r\nlocation: /cdn/tok.json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
                 );
             } else {
                 let _ = s.write_all(
-                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", tok.len()).as_bytes(),
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        tok.len()
+                    )
+                    .as_bytes(),
                 );
                 let _ = s.write_all(&tok);
             }
