@@ -323,6 +323,9 @@ pub enum EventKind {
     RequestWritten,
     /// Response headers arrived.
     Headers { status: u16, connection: ConnectionInfo, headers: Vec<(String, String)> },
+    /// The connection a request went over when it failed before its response headers
+    /// (which carry it otherwise). Optional; comes just before the `Error`.
+    Connection(ConnectionInfo),
     /// The first body byte arrived.
     FirstByte,
     /// A chunk with generated answer text.

@@ -47,6 +47,7 @@ fn label(k: &EventKind) -> &'static str {
     match k {
         EventKind::RequestWritten => "RequestWritten",
         EventKind::Headers { .. } => "Headers",
+        EventKind::Connection(_) => "Connection",
         EventKind::FirstByte => "FirstByte",
         EventKind::Content(_) => "Content",
         EventKind::Reasoning(_) => "Reasoning",
@@ -59,8 +60,8 @@ fn label(k: &EventKind) -> &'static str {
 }
 
 /// Check a whole stream's events against the rules of [`crate::Engine`]: it ends with
-/// exactly one terminal event and nothing after it; at most one `Headers`, `FirstByte` and
-/// `RequestWritten`, the last before `Headers`; stamps and frame indexes never decrease; when
+/// exactly one terminal event and nothing after it; at most one `Headers`, `FirstByte`,
+/// `RequestWritten` and `Connection`, `RequestWritten` before `Headers`; stamps and frame indexes never decrease; when
 /// there are headers, no body event comes before them.
 pub fn check_contract(events: &[TimedEvent]) -> Result<(), ContractViolation> {
     let last = events.last().ok_or(ContractViolation::Empty)?;
@@ -68,7 +69,7 @@ pub fn check_contract(events: &[TimedEvent]) -> Result<(), ContractViolation> {
         return Err(ContractViolation::NoTerminal { last: label(&last.kind).into() });
     }
     let headers_at = events.iter().position(|e| matches!(e.kind, EventKind::Headers { .. }));
-    let mut seen = [false; 3];
+    let mut seen = [false; 4];
     for (i, e) in events.iter().enumerate() {
         if e.kind.is_terminal() && i + 1 < events.len() {
             return Err(ContractViolation::AfterTerminal { index: i + 1 });
@@ -86,6 +87,7 @@ pub fn check_contract(events: &[TimedEvent]) -> Result<(), ContractViolation> {
             EventKind::Headers { .. } => Some(0),
             EventKind::FirstByte => Some(1),
             EventKind::RequestWritten => Some(2),
+            EventKind::Connection(_) => Some(3),
             _ => None,
         };
         if let Some(k) = once {

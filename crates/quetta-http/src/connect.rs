@@ -8,11 +8,12 @@
 //! handed the frame over, so a busy client thread does not delay the stamp, and takes a
 //! request's `sent` from the start of its write run (see docs/METRICS.md).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,58 @@ struct MetaInner {
     http2: bool,
     uses: AtomicU64,
     stamps: Arc<Stamps>,
+    /// What the transport has learnt about the server at this connection's origin.
+    habits: Arc<Habits>,
+    /// The most requests the server announced it takes on this connection
+    /// (`Keep-Alive: max`; `u64::MAX`: no limit announced).
+    max_requests: AtomicU64,
+    /// The last response on this connection was streamed.
+    last_streamed: AtomicBool,
+}
+
+/// What the transport has learnt about the server at one origin (scheme, host, port).
+#[derive(Debug, Default)]
+pub(crate) struct Habits {
+    /// The server closes a connection right after a streamed response, whatever its
+    /// keep-alive headers say (llama.cpp): such a connection is not put back in the pool.
+    closes_after_stream: AtomicBool,
+    /// A streamed response's connection carried another request: the server keeps them.
+    keeps_streams: AtomicBool,
+}
+
+impl Habits {
+    pub(crate) fn closes_after_stream(&self) -> bool {
+        self.closes_after_stream.load(Ordering::Relaxed)
+    }
+
+    fn known(&self) -> bool {
+        self.closes_after_stream() || self.keeps_streams.load(Ordering::Relaxed)
+    }
+}
+
+/// Until the server's habit after streamed responses is known, how old a streamed
+/// response's last bytes must be before its connection carries another request (once per
+/// origin, in practice): long enough for a close that follows them.
+const SETTLE: Duration = Duration::from_millis(5);
+
+/// The longest time between a streamed response's last bytes and the server's close that
+/// counts as closing right after the response.
+const CLOSE_AFTER: Duration = Duration::from_millis(100);
+
+impl Drop for MetaInner {
+    /// Learn from how the connection ended: the server closed it right after a streamed
+    /// response (not after an idle timeout).
+    fn drop(&mut self) {
+        let (Some(eof), Some(last)) = (self.stamps.eof(), self.stamps.last_arrival()) else {
+            return;
+        };
+        if *self.uses.get_mut() > 0
+            && *self.last_streamed.get_mut()
+            && eof.saturating_duration_since(last) <= CLOSE_AFTER
+        {
+            self.habits.closes_after_stream.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Facts about one pooled connection, attached to each response's extensions.
@@ -68,6 +121,67 @@ impl ConnMeta {
         self.0.stamps.write_start()
     }
 
+    /// Whether a request was (at least partly) written since the last response's bytes.
+    pub(crate) fn written_since_read(&self) -> bool {
+        self.0.stamps.written_since_read()
+    }
+
+    /// The server's habits at this connection's origin.
+    pub(crate) fn habits(&self) -> &Habits {
+        &self.0.habits
+    }
+
+    /// A request on this connection failed before its response (the server closed it):
+    /// learn from it when that came right after a streamed response.
+    pub(crate) fn note_closed(&self, at: Instant) {
+        let soon = self
+            .0
+            .stamps
+            .last_arrival()
+            .is_some_and(|last| at.saturating_duration_since(last) <= CLOSE_AFTER);
+        if self.served_before() && soon && self.0.last_streamed.load(Ordering::Relaxed) {
+            self.0.habits.closes_after_stream.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests this connection has carried (claimed so far).
+    pub(crate) fn uses(&self) -> u64 {
+        self.0.uses.load(Ordering::Relaxed)
+    }
+
+    /// Note what a response said about keeping the connection (`Keep-Alive: timeout=T,
+    /// max=N`, after `uses` requests including this one) and whether it is streamed; returns
+    /// whether the connection must not carry another request.
+    pub(crate) fn note_response(
+        &self,
+        keep_alive: Option<&str>,
+        uses: u64,
+        streamed: bool,
+    ) -> bool {
+        if uses > 1 && self.0.last_streamed.load(Ordering::Relaxed) {
+            self.0.habits.keeps_streams.store(true, Ordering::Relaxed);
+        }
+        self.0.last_streamed.store(streamed, Ordering::Relaxed);
+        let unsure = streamed && !self.0.habits.known();
+        self.0.stamps.set_settle(if unsure { SETTLE } else { Duration::ZERO });
+        if let Some(ka) = keep_alive {
+            let (timeout, max) = parse_keep_alive(ka);
+            if let Some(t) = timeout {
+                // Stop short of the server's own limit, so a request is never written as
+                // the server closes: a second early, or half the limit when it is short.
+                let margin = Duration::from_secs(1).min(t / 2);
+                self.0.stamps.set_idle_limit(t.saturating_sub(margin));
+            }
+            if let Some(m) = max {
+                // `max` counts the requests left after the previous one (Apache counts
+                // down; cpp-httplib repeats its total): the total is the smallest sum.
+                let total = uses.saturating_sub(1).saturating_add(m);
+                self.0.max_requests.fetch_min(total, Ordering::Relaxed);
+            }
+        }
+        uses >= self.0.max_requests.load(Ordering::Relaxed)
+    }
+
     /// Count one more request on this connection and describe it for that request.
     pub(crate) fn claim(&self) -> ConnectionInfo {
         let n = self.0.uses.fetch_add(1, Ordering::Relaxed);
@@ -79,6 +193,21 @@ impl ConnMeta {
         c.http2 = self.0.http2;
         c
     }
+}
+
+/// The `timeout` (seconds) and `max` parameters of a `Keep-Alive` header; others ignored.
+pub(crate) fn parse_keep_alive(v: &str) -> (Option<Duration>, Option<u64>) {
+    let (mut timeout, mut max) = (None, None);
+    for part in v.split(',') {
+        let Some((k, val)) = part.split_once('=') else { continue };
+        let val = val.trim().trim_matches('"');
+        match k.trim().to_ascii_lowercase().as_str() {
+            "timeout" => timeout = val.parse::<u64>().ok().map(Duration::from_secs),
+            "max" => max = val.parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    (timeout.filter(|t| !t.is_zero()), max)
 }
 
 /// Plain TCP or TLS over it (tokio-util's `Either` forwards reads and writes, vectored
@@ -149,6 +278,8 @@ impl Connection for TimedIo {
 pub struct TimedConnector {
     pub(crate) tls: Option<TlsConnector>,
     pub(crate) connect_timeout: Option<Duration>,
+    /// What was learnt per origin, shared by every connection to it.
+    pub(crate) habits: Arc<Mutex<HashMap<String, Arc<Habits>>>>,
 }
 
 impl std::fmt::Debug for TimedConnector {
@@ -156,7 +287,7 @@ impl std::fmt::Debug for TimedConnector {
         f.debug_struct("TimedConnector")
             .field("tls", &self.tls.is_some())
             .field("connect_timeout", &self.connect_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -172,8 +303,20 @@ impl tower_service::Service<Uri> for TimedConnector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = self.tls.clone();
         let timeout = self.connect_timeout;
+        let origin = format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.authority().map_or("", |a| a.as_str())
+        );
+        let habits = self
+            .habits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(origin)
+            .or_default()
+            .clone();
         Box::pin(async move {
-            let fut = connect(uri, tls);
+            let fut = connect(uri, tls, habits);
             match timeout {
                 Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| ConnectError::Timeout)?,
                 None => fut.await,
@@ -182,7 +325,11 @@ impl tower_service::Service<Uri> for TimedConnector {
     }
 }
 
-async fn connect(uri: Uri, tls: Option<TlsConnector>) -> Result<TimedIo, ConnectError> {
+async fn connect(
+    uri: Uri,
+    tls: Option<TlsConnector>,
+    habits: Arc<Habits>,
+) -> Result<TimedIo, ConnectError> {
     let https = uri.scheme_str() == Some("https");
     let host = uri.host().ok_or_else(|| ConnectError::Tcp(format!("no host in {uri}")))?;
     let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
@@ -194,9 +341,19 @@ async fn connect(uri: Uri, tls: Option<TlsConnector>) -> Result<TimedIo, Connect
     let connect = t0.elapsed();
     let _ = tcp.set_nodelay(true);
     let stamps = Stamps::new();
-    let tcp = StampedTcp::new(tcp, stamps.clone());
+    let mut tcp = StampedTcp::new(tcp, stamps.clone());
+    tcp.guard_reuse();
     let meta = |tls: Option<Duration>, http2: bool| {
-        ConnMeta(Arc::new(MetaInner { connect, tls, http2, uses: AtomicU64::new(0), stamps }))
+        ConnMeta(Arc::new(MetaInner {
+            connect,
+            tls,
+            http2,
+            uses: AtomicU64::new(0),
+            stamps,
+            habits,
+            max_requests: AtomicU64::new(u64::MAX),
+            last_streamed: AtomicBool::new(false),
+        }))
     };
     if !https {
         return Ok(TimedIo { io: TokioIo::new(Either::Left(tcp)), meta: meta(None, false) });
@@ -214,4 +371,24 @@ async fn connect(uri: Uri, tls: Option<TlsConnector>) -> Result<TimedIo, Connect
         io: TokioIo::new(Either::Right(Box::new(stream))),
         meta: meta(Some(tls_time), http2),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_keep_alive;
+    use std::time::Duration;
+
+    #[test]
+    fn keep_alive_parameters() {
+        assert_eq!(
+            parse_keep_alive("timeout=5, max=100"),
+            (Some(Duration::from_secs(5)), Some(100))
+        );
+        assert_eq!(parse_keep_alive("max=3"), (None, Some(3)));
+        assert_eq!(
+            parse_keep_alive(" Timeout = \"2\" ,foo=bar"),
+            (Some(Duration::from_secs(2)), None)
+        );
+        assert_eq!(parse_keep_alive("timeout=0, max=x"), (None, None));
+    }
 }

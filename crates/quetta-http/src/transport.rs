@@ -1,7 +1,7 @@
 //! The HTTP transport every HTTP adapter shares: a pooled hyper client over the timed
 //! connector (TCP and TLS timings, connection reuse), and one response state machine that
 //! stamps each body frame with [`Instant::now`] the moment hyper hands it over, before any
-//! parsing, resends once on a stale pooled connection, ends the stream at the end marker
+//! parsing, resends once a request a pooled connection provably never delivered, ends the stream at the end marker
 //! and, when polled on after it, drains the rest of the body so the connection can be
 //! reused. Per-phase timeouts are not the transport's: the runner applies them around any
 //! engine (`quetta_loadgen::WithTimeouts`); the connect limit is [`TransportConfig`]'s.
@@ -26,6 +26,7 @@ use http::Request;
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::{capture_connection, CaptureConnection};
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use quetta_engine::{EngineError, EventKind, EventStream, TimedEvent, TimeoutPhase};
@@ -125,6 +126,7 @@ impl Transport {
         let connector = TimedConnector {
             tls: Some(tokio_rustls::TlsConnector::from(Arc::new(tls))),
             connect_timeout: cfg.connect_timeout,
+            habits: Arc::default(),
         };
         let mut b = Client::builder(TokioExecutor::new());
         b.pool_max_idle_per_host(usize::MAX)
@@ -155,6 +157,7 @@ impl Transport {
             client: self.client.clone(),
             spare,
             retried_stale: false,
+            capture: None,
             state: match request {
                 Ok(r) => State::Start(r),
                 Err(e) => State::Failed(Some(e)),
@@ -191,7 +194,7 @@ impl Transport {
             let spare = clone_request(&request);
             let resp = match self.client.request(request).await {
                 Ok(r) => r,
-                Err(e) if is_stale(&e) => {
+                Err(e) if never_received(&e, failed_conn(&e).as_ref()) => {
                     self.client.request(spare).await.map_err(|e| connect_error(&e))?
                 }
                 Err(e) => return Err(connect_error(&e)),
@@ -339,9 +342,12 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 struct ResponseStream {
     client: HttpClient,
-    /// A copy of the request for one resend after a stale pooled connection.
+    /// A copy of the request for one resend when a pooled connection never delivered it.
     spare: Option<Request<Full<Bytes>>>,
     retried_stale: bool,
+    /// The connection the request went over, to keep it out of the pool when the server
+    /// will not take another request on it.
+    capture: Option<CaptureConnection>,
     state: State,
     /// The drain's limit (after `End`).
     sleep: Option<Pin<Box<Sleep>>>,
@@ -365,15 +371,43 @@ struct ResponseStream {
     error_headers: HeaderMap,
 }
 
-/// Whether a request failed on a pooled connection that had served a request before and
-/// was closed before any response byte: the server did not take it.
-fn is_stale(e: &hyper_util::client::legacy::Error) -> bool {
-    let reused = e.connect_info().is_some_and(|c| {
+/// The connection a failed request went over, if one was made.
+fn failed_conn(e: &hyper_util::client::legacy::Error) -> Option<ConnMeta> {
+    e.connect_info().and_then(|c| {
         let mut x = http::Extensions::new();
         c.get_extras(&mut x);
-        x.get::<ConnMeta>().is_some_and(ConnMeta::served_before)
-    });
-    reused && matches!(connect_error(e), EngineError::ConnectionClosed(_))
+        x.get::<ConnMeta>().cloned()
+    })
+}
+
+/// Whether a request that failed before any response byte provably never reached the
+/// server, so sending it again cannot run it twice: on a pooled connection that had served
+/// a request before, the socket refused to write it because the server had closed (or its
+/// keep-alive timeout had passed), or the connection ended before a byte of it was written
+/// (hyper found the close as it took the connection), or the write failed on a closed
+/// socket, or the server's
+/// socket answered it with a reset (a socket resets only when closed with bytes unread, or
+/// when bytes reach it after it closed). A connection that simply ended after the request
+/// was written is not proof: the server may have taken it.
+fn never_received(e: &hyper_util::client::legacy::Error, conn: Option<&ConnMeta>) -> bool {
+    let Some(conn) = conn.filter(|c| c.served_before()) else { return false };
+    if !conn.written_since_read() {
+        return true;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if quetta_net::PeerClosed::find(s).is_some() {
+            return true;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+            if matches!(io.kind(), BrokenPipe | ConnectionReset) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
 }
 
 pub(crate) fn connect_error(e: &hyper_util::client::legacy::Error) -> EngineError {
@@ -441,20 +475,34 @@ impl ResponseStream {
         }
         // HTTP/1.1 carries one request at a time, so the connection's last
         // write run is this request: its first byte left for the kernel then
-        // (after connect, TLS and the client's own I/O task). A stale retry
-        // keeps the first attempt's send (both attempts are its latency).
+        // (after connect, TLS and the client's own I/O task). A resent request
+        // counts from its resend's write: the first attempt never left.
         let written = this
             .arrivals
             .as_ref()
             .and_then(ConnMeta::write_start)
-            .filter(|w| !this.retried_stale && *w >= this.sent && *w <= now);
+            .filter(|w| *w >= this.sent && *w <= now);
         this.last_stamp = written.unwrap_or(this.sent);
         // The headers arrived with the last read too; every later event is
         // stamped no earlier than they are.
         let at = this.arrival_stamp(now);
-        let mut connection =
-            resp.extensions().get::<ConnMeta>().map(ConnMeta::claim).unwrap_or_default();
+        let meta = resp.extensions().get::<ConnMeta>();
+        let mut connection = meta.map(ConnMeta::claim).unwrap_or_default();
         connection.retried_stale = this.retried_stale;
+        if let Some(m) = meta {
+            // Keep the connection out of the pool when the server said (Connection: close
+            // is hyper's) or showed it takes no further request on it.
+            let streamed = this.streaming && (200..300).contains(&status);
+            let ka = resp.headers().get("keep-alive").and_then(|v| v.to_str().ok());
+            let last = m.note_response(ka, m.uses(), streamed);
+            if last || (streamed && m.habits().closes_after_stream()) {
+                if let Some(c) = this.capture.as_ref() {
+                    if let Some(conn) = c.connection_metadata().as_ref() {
+                        conn.poison();
+                    }
+                }
+            }
+        }
         this.spare = None;
         let headers: Vec<(String, String)> = if this.record_headers.is_empty() {
             Vec::new()
@@ -480,27 +528,44 @@ impl ResponseStream {
             if (200..300).contains(&status) { State::Body(body) } else { State::ErrorBody(body) };
     }
 
-    /// The request failed before a response: resend it once on a new connection when a
-    /// pooled connection turned out closed, else fail.
+    /// The request failed before a response: resend it once on a new connection when the
+    /// server provably never received it, else fail (with the connection it went over).
     fn on_request_error(&mut self, e: &hyper_util::client::legacy::Error) {
         let this = self;
-        let err = connect_error(e);
-        // A pooled connection the server closed as we reused it (llama.cpp
-        // closes after every streamed response while advertising keep-alive):
-        // nothing came back, so the server did not take the request. Send it
-        // once more, on a new connection, as Go's net/http does.
-        // Only a connection that had served a request before is ambiguous; a
-        // new connection closed on us is the server's error.
-        // This future resolves at the response headers, so any closed
-        // connection here happened before a response byte.
-        let stale = is_stale(e);
-        match (stale, this.spare.take()) {
-            (true, Some(req)) => {
-                this.retried_stale = true;
-                this.state = State::Waiting(this.client.request(req));
-            }
-            _ => this.fail(Instant::now(), err),
+        let now = Instant::now();
+        let mut err = connect_error(e);
+        let conn = failed_conn(e);
+        if let Some(c) = conn.as_ref() {
+            c.note_closed(now);
         }
+        // A pooled connection the server had closed (llama.cpp closes after every
+        // streamed response while advertising keep-alive): the socket refused to
+        // write on it, so the request never left. Send it once more, on a new
+        // connection, as Go's net/http does. This future resolves at the response
+        // headers, so any failure here came before a response byte.
+        match (never_received(e, conn.as_ref()), this.spare.take()) {
+            (true, Some(mut req)) => {
+                this.retried_stale = true;
+                this.capture = Some(capture_connection(&mut req));
+                this.state = State::Waiting(this.client.request(req));
+                return;
+            }
+            (false, _) if conn.as_ref().is_some_and(ConnMeta::served_before) => {
+                if let EngineError::ConnectionClosed(m) = &mut err {
+                    m.push_str(
+                        "; the server closed its kept-alive connection after the request was \
+                         written and may have received it, so it was not sent again",
+                    );
+                }
+            }
+            _ => {}
+        }
+        if let Some(c) = conn {
+            let mut info = c.claim();
+            info.retried_stale = this.retried_stale;
+            this.emit(now, EventKind::Connection(info));
+        }
+        this.fail(now, err);
     }
 
     fn emit(&mut self, at: Instant, kind: EventKind) {
@@ -614,6 +679,8 @@ impl Stream for ResponseStream {
                     let State::Start(req) = std::mem::replace(&mut this.state, State::Done) else {
                         unreachable!()
                     };
+                    let mut req = req;
+                    this.capture = Some(capture_connection(&mut req));
                     this.sent = Instant::now();
                     this.state = State::Waiting(this.client.request(req));
                 }

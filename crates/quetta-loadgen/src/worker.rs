@@ -84,6 +84,7 @@ pub async fn observe(
                 o.connection = Some(connection);
                 o.response_headers = headers;
             }
+            EventKind::Connection(connection) => o.connection = Some(connection),
             // The adapter saw the request's first byte leave: that, not the handover, is the
             // send (docs/METRICS.md).
             EventKind::RequestWritten => o.sent = Some(off(ev.at)),

@@ -392,9 +392,11 @@ pub struct MetricsSummary {
     pub input_token_source: String,
     /// Some requests were not streamed: their TTFT equals their E2E.
     pub ttft_equals_e2e_for_non_streamed: u64,
+    /// Measured requests that went over a new connection (docs/METRICS.md, Connections).
     pub new_connections: u64,
-    /// Requests sent a second time because their pooled connection had been closed by the
-    /// server before any response byte (the retry's connect time is in their latency).
+    /// Requests sent a second time, on a new connection, because their pooled connection
+    /// provably never delivered them: the server had closed it (or its keep-alive timeout
+    /// had passed) before a byte was written, or it reset them unread.
     pub stale_connection_retries: u64,
     /// Requests retried with `--retries` (their final attempt decides success) and the extra
     /// attempts they took; a retried request that succeeded counts as completed.

@@ -10,11 +10,19 @@
 //! a write run is one request, and its start is when the request's first byte left for the
 //! kernel.
 //!
+//! A client's stream can also guard reuse ([`StampedTcp::guard_reuse`]): before the first
+//! write of a run that follows a read (the next request on a kept-alive connection) it
+//! refuses to write, with a [`PeerClosed`] error and nothing sent, when the peer has already
+//! closed its side (a non-blocking peek sees the end of the stream) or the connection has
+//! been idle past the keep-alive limit the server announced ([`Stamps::set_idle_limit`]).
+//! Such a request provably never reached the server and can be sent again elsewhere.
+//!
 //! Both are kept in a shared [`Stamps`], so the code that reads the parsed messages (hyper's
 //! client or server, a layer above) can ask when the bytes under them moved, however late it
 //! got to run. This crate is the one place Quetta reads these clocks; the OpenAI transport
 //! (client side) and the simulator (server side) both use it.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +81,57 @@ pub fn prepare() {
 pub struct Stamps {
     arrival: AtomicInstant,
     write_start: AtomicInstant,
+    /// When a read first returned the end of the stream.
+    eof: AtomicInstant,
+    /// The longest idle time (ns) before the next write is refused (0: no limit).
+    idle_limit_ns: AtomicU64,
+    /// How long (ns) after the last read's arrival the next write run waits before it looks
+    /// whether the peer has closed (0: it does not wait).
+    settle_ns: AtomicU64,
+}
+
+/// A write refused by a [`StampedTcp`] that guards reuse: nothing of it was sent. Carried
+/// inside the `io::Error` (kind `ConnectionAborted`) the write returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerClosed {
+    /// The peer had already closed its side of the connection.
+    Closed,
+    /// The connection had been idle past the peer's announced keep-alive limit.
+    IdleLimit,
+}
+
+impl std::fmt::Display for PeerClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Closed => "the server had closed the kept-alive connection; nothing was sent on it",
+            Self::IdleLimit => "the kept-alive connection was idle past the server's keep-alive timeout; nothing was sent on it",
+        })
+    }
+}
+
+impl std::error::Error for PeerClosed {}
+
+impl PeerClosed {
+    /// The refusal inside `e`, if `e` (or an error it wraps) is one.
+    pub fn find(e: &(dyn std::error::Error + 'static)) -> Option<Self> {
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(p) = err.downcast_ref::<Self>() {
+                return Some(*p);
+            }
+            // `io::Error::source` skips the error it wraps; look inside it.
+            if let Some(p) = err
+                .downcast_ref::<io::Error>()
+                .and_then(io::Error::get_ref)
+                .and_then(|i| i.downcast_ref::<Self>())
+            {
+                return Some(*p);
+            }
+            cur = err.source();
+        }
+        None
+    }
 }
 
 impl Stamps {
@@ -92,6 +151,43 @@ impl Stamps {
     pub fn write_start(&self) -> Option<Instant> {
         self.write_start.get()
     }
+
+    /// Whether a write run began after the last read's bytes arrived: over HTTP/1.1, whether
+    /// the request after the last response has been (at least partly) written.
+    pub fn written_since_read(&self) -> bool {
+        match (self.write_start.get(), self.arrival.get()) {
+            (Some(w), Some(a)) => w > a,
+            (w, _) => w.is_some(),
+        }
+    }
+
+    /// When a read first returned the end of the stream (the peer closed its side).
+    pub fn eof(&self) -> Option<Instant> {
+        self.eof.get()
+    }
+
+    /// Refuse the next write run once the connection has been idle (since the last read's
+    /// arrival) for `limit` or longer.
+    pub fn set_idle_limit(&self, limit: Duration) {
+        let ns = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.idle_limit_ns.store(ns, Ordering::Release);
+    }
+
+    /// Let the next write run wait until the last read's bytes are `settle` old before it
+    /// checks that the peer is still there: a server that closes right after an answer has
+    /// then had the time to (its close follows the answer's last bytes by microseconds).
+    /// `Duration::ZERO` turns the wait off.
+    pub fn set_settle(&self, settle: Duration) {
+        let ns = u64::try_from(settle.as_nanos()).unwrap_or(u64::MAX);
+        self.settle_ns.store(ns, Ordering::Release);
+    }
+
+    fn idle_limit(&self) -> Option<Duration> {
+        match self.idle_limit_ns.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
 }
 
 /// A TCP stream that records, in its [`Stamps`], when the bytes of each read arrived and when
@@ -104,6 +200,12 @@ pub struct StampedTcp {
     kernel: bool,
     /// The last I/O was a write (so the next write continues the run).
     writing: bool,
+    /// Bytes have been read (a later write run is a reuse of the connection).
+    has_read: bool,
+    /// Check the peer is still there before a write run that follows a read.
+    guard: bool,
+    /// The settle wait of a write run about to start (see [`Stamps::set_settle`]).
+    settle: Option<Pin<Box<tokio::time::Sleep>>>,
     cmsg: Vec<u8>,
 }
 
@@ -141,7 +243,62 @@ impl StampedTcp {
         .is_ok();
         #[cfg(not(target_os = "linux"))]
         let kernel = false;
-        Self { tcp, stamps, kernel, writing: false, cmsg: vec![0; 64] }
+        Self {
+            tcp,
+            stamps,
+            kernel,
+            writing: false,
+            has_read: false,
+            guard: false,
+            settle: None,
+            cmsg: vec![0; 64],
+        }
+    }
+
+    /// Refuse a write run that follows a read when the peer has closed or the idle limit
+    /// passed (see the crate documentation). For clients: a server's answer always follows
+    /// a read.
+    pub fn guard_reuse(&mut self) {
+        self.guard = true;
+    }
+
+    /// Wait, before a write run, until the last read's bytes are as old as the settle time.
+    fn poll_settle(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<()> {
+        if self.settle.is_none() {
+            let settle = Duration::from_nanos(self.stamps.settle_ns.load(Ordering::Acquire));
+            match self.stamps.last_arrival().map(|a| a + settle) {
+                Some(until) if !settle.is_zero() && until > now => {
+                    self.settle = Some(Box::pin(tokio::time::sleep_until(until.into())));
+                }
+                _ => return Poll::Ready(()),
+            }
+        }
+        match self.settle.as_mut() {
+            Some(s) => s.as_mut().poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+
+    /// Why the write run about to start must not (the peer closed, or the idle limit
+    /// passed), checked with a non-blocking peek that takes nothing from the socket.
+    fn refuse_reuse(&self, now: Instant) -> Option<PeerClosed> {
+        let idle = self.stamps.last_arrival().map(|a| now.saturating_duration_since(a));
+        if let (Some(limit), Some(idle)) = (self.stamps.idle_limit(), idle) {
+            if idle >= limit {
+                return Some(PeerClosed::IdleLimit);
+            }
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use nix::sys::socket::{recv, MsgFlags};
+            use std::os::fd::AsRawFd;
+            let mut b = [0u8; 1];
+            let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+            if let Ok(0) = recv(self.tcp.as_raw_fd(), &mut b, flags) {
+                return Some(PeerClosed::Closed);
+            }
+        }
+        None
     }
 
     /// Whether reads carry the kernel's receive timestamp.
@@ -177,9 +334,13 @@ impl StampedTcp {
         kernel: Option<Duration>,
     ) {
         if n == 0 {
+            if self.stamps.eof.get().is_none() {
+                self.stamps.eof.set(now);
+            }
             return;
         }
         self.writing = false;
+        self.has_read = true;
         let waited = kernel
             .map(|k| wall_now.saturating_sub(k))
             .filter(|d| *d <= MAX_SOCKET_WAIT)
@@ -195,10 +356,21 @@ impl StampedTcp {
     /// record the instant just before it.
     fn stamped_write(
         &mut self,
-        write: impl FnOnce(Pin<&mut TcpStream>) -> Poll<io::Result<usize>>,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
     ) -> Poll<io::Result<usize>> {
-        let at = (!self.writing).then(Instant::now);
-        let r = write(Pin::new(&mut self.tcp));
+        let mut at = (!self.writing).then(Instant::now);
+        if let (Some(now), true, true) = (at, self.guard, self.has_read) {
+            std::task::ready!(self.poll_settle(cx, now));
+            // the write starts after any wait
+            let now = if self.settle.is_some() { Instant::now() } else { now };
+            self.settle = None;
+            at = Some(now);
+            if let Some(why) = self.refuse_reuse(now) {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionAborted, why)));
+            }
+        }
+        let r = write(Pin::new(&mut self.tcp), cx);
         if let (Poll::Ready(Ok(1..)), Some(at)) = (&r, at) {
             self.writing = true;
             self.stamps.write_start.set(at);
@@ -282,14 +454,14 @@ impl AsyncWrite for StampedTcp {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().stamped_write(|tcp| tcp.poll_write(cx, buf))
+        self.get_mut().stamped_write(cx, |tcp, cx| tcp.poll_write(cx, buf))
     }
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut().stamped_write(|tcp| tcp.poll_write_vectored(cx, bufs))
+        self.get_mut().stamped_write(cx, |tcp, cx| tcp.poll_write_vectored(cx, bufs))
     }
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()

@@ -550,12 +550,17 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             m.retried_requests, m.retry_attempts
         );
     }
-    if m.stale_connection_retries > 0 {
-        let _ = writeln!(
-            s,
-            "retries    {} requests were resent after the server closed their pooled connection (see docs/METRICS.md)",
-            m.stale_connection_retries
-        );
+    let ended = m.completed + m.failed;
+    if ended > 0 {
+        let mut line = format!("connections {} new for {ended} requests", m.new_connections);
+        if m.stale_connection_retries > 0 {
+            let _ = write!(
+                line,
+                "; {} resent on a new one, as the server had closed their pooled connection before they were written",
+                m.stale_connection_retries
+            );
+        }
+        let _ = writeln!(s, "{line} (see docs/METRICS.md, Connections)");
     }
     // milliseconds below a second: a short run's CPU is not "0.00 s"
     let cpu = |v: f64| if v < 1.0 { format!("{:.1} ms", v * 1e3) } else { format!("{v:.2} s") };

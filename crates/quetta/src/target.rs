@@ -561,7 +561,13 @@ async fn preflight_request(
         ))
     })?;
     match &o.error {
-        None => Ok(()),
+        None => {
+            // Give a server that closes its connection right after a streamed answer
+            // (llama.cpp) the moment to do so, so the transport learns that before the
+            // measured requests and never writes one onto the closing connection.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(())
+        }
         Some(e) => Err(Error::Target(format!(
             "pre-flight: a one-token request to {base_url} failed: {} (give --no-preflight to skip the check)",
             preflight_reason(e)

@@ -1,0 +1,62 @@
+//! The CLI against the REAL llama.cpp server (llama.cpp's own OpenAI server with
+//! SmolLM2-135M, both from PyPI; `.ci/run` starts it and sets `QUETTA_LLAMA_URL`). Outside
+//! CI the tests say they were skipped when the variable is missing; under CI a missing
+//! server is a failure.
+
+mod common;
+
+use common::{json, run, text, tmpdir};
+
+fn server() -> Option<String> {
+    match std::env::var("QUETTA_LLAMA_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must start the llama.cpp server and set QUETTA_LLAMA_URL"
+            );
+            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
+            None
+        }
+    }
+}
+
+/// llama.cpp closes every connection right after a streamed answer while its headers promise
+/// keep-alive. 200 streamed requests at concurrency 4 (one short prompt, cached after the
+/// first, so the run takes seconds): none fails, none is written onto a closed connection
+/// (the pre-flight request teaches the transport the server's habit), and the summary counts
+/// one new connection per request.
+#[test]
+fn two_hundred_requests_at_concurrency_4_lose_none_to_connection_reuse() {
+    let Some(url) = server() else { return };
+    let d = tmpdir("llama-reuse");
+    std::fs::create_dir_all(&d).unwrap();
+    let prompts = d.join("prompt.txt");
+    std::fs::write(&prompts, "Say hi.\n").unwrap();
+    let out = d.join("run");
+    let o = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--dataset",
+        prompts.to_str().unwrap(),
+        "--dataset-format",
+        "text",
+        "--num-requests",
+        "200",
+        "--concurrency",
+        "4",
+        "--output-len",
+        "1",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let s = json(&out.join("summary.json"));
+    assert_eq!(s["completed"], 200, "{t}");
+    assert_eq!(s["failed"], 0, "{t}");
+    assert_eq!(s["stale_connection_retries"], 0, "{t}");
+    assert_eq!(s["new_connections"], 200, "{t}");
+    assert!(t.contains("connections 200 new for 200 requests"), "{t}");
+}
