@@ -119,6 +119,29 @@ fn bench(bin: &Path, url: &str, dir: &Path, args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json"))?)?)
 }
 
+/// The Little's-law check and the client-overhead verdict of one benchmark run, as a row:
+/// the runner's own in-flight count against throughput × (queue + E2E + turnaround or
+/// release), within 5 % (docs/METRICS.md, Client overhead).
+fn little(c: &mut Ctx, name: &str, s: &Value) {
+    let (runner, latency) = (
+        f(s, "/client_overhead/in_flight_runner"),
+        f(s, "/client_overhead/in_flight_from_latency"),
+    );
+    let err = (latency - runner).abs() / runner * 100.0;
+    let share = f(s, "/client_overhead/client_share");
+    let paced = s.pointer("/client_overhead/paced_by_client").and_then(Value::as_bool);
+    c.rows.push((
+        format!("Little's law, {name}: in flight (runner) vs throughput × cycle; client share, paced_by_client"),
+        format!(
+            "{runner:.2} vs {latency:.2} ({err:.1} %); {}, {}",
+            if share.is_nan() { "-".into() } else { format!("{:.1} %", share * 100.0) },
+            paced.map_or("-".into(), |p| p.to_string())
+        ),
+        "within 5 %".into(),
+    ));
+    c.json.insert(format!("little_error_pct_{name}"), err.into());
+}
+
 fn f(v: &Value, path: &str) -> f64 {
     v.pointer(path).and_then(Value::as_f64).unwrap_or(f64::NAN)
 }
@@ -153,6 +176,7 @@ fn max_rate(c: &mut Ctx) -> Result<()> {
             "1",
         ],
     )?;
+    little(c, "closed loop at 64, zero delay", &s);
     let req_s = f(&s, "/request_throughput");
     let chunks = f(&s, "/itl_ms/count") + f(&s, "/completed");
     let dur = f(&s, "/duration_s");
@@ -202,6 +226,7 @@ fn dispatch_lag(c: &mut Ctx) -> Result<()> {
                 "4",
             ],
         )?;
+        little(c, &format!("open loop at {rate} req/s"), &s);
         let (p50, p99) = (f(&s, "/schedule_lag_ms/p50"), f(&s, "/schedule_lag_ms/p99"));
         c.rows.push((
             format!("dispatch (schedule) lag at {rate} req/s, p50 / p99"),
@@ -248,6 +273,7 @@ fn timing_error(c: &mut Ctx) -> Result<()> {
         ],
     )?;
     drop(sim);
+    little(c, "closed loop at 1,024 streams", &s);
     let sims: HashMap<u64, Value> = std::fs::read_to_string(&rec)?
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

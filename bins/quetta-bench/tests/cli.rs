@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{bin, run, text, tmpdir};
+use common::{bin, json, run, text, tmpdir, valid};
 
 fn schema() -> jsonschema::Validator {
     let s: serde_json::Value =
@@ -533,4 +533,97 @@ fn a_whole_trace_and_nothing_for_an_invalid_run() {
         assert!(!bad.exists(), "{args:?} left a directory behind");
     }
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The client says when it set the pace (docs/METRICS.md, Client overhead): against the
+/// simulator at zero delay with one client thread at concurrency 32 it does; at TTFT 50 ms /
+/// ITL 10 ms it does not; and in every run, closed loop or open, the runner's own in-flight
+/// count equals throughput × (queue + E2E + turnaround or release) within 5 % (Little's law).
+#[test]
+fn the_client_says_when_it_sets_the_pace_and_littles_law_holds() {
+    let d = tmpdir("pace");
+    let cases: [(&str, &[&str], Option<bool>); 3] = [
+        (
+            "fast",
+            &[
+                "--sim-ttft-ms",
+                "0",
+                "--sim-itl-ms",
+                "0",
+                "--threads",
+                "1",
+                "--concurrency",
+                "32",
+                "--num-requests",
+                "3000",
+            ],
+            Some(true),
+        ),
+        (
+            "slow",
+            &[
+                "--sim-ttft-ms",
+                "50",
+                "--sim-itl-ms",
+                "10",
+                "--concurrency",
+                "32",
+                "--num-requests",
+                "160",
+                "--output-len",
+                "8",
+            ],
+            Some(false),
+        ),
+        (
+            "open",
+            &[
+                "--sim-ttft-ms",
+                "5",
+                "--sim-itl-ms",
+                "2",
+                "--request-rate",
+                "400",
+                "--num-requests",
+                "400",
+                "--output-len",
+                "8",
+            ],
+            None,
+        ),
+    ];
+    for (name, args, paced) in cases {
+        let out = d.join(name);
+        let mut a = vec!["run", "--output-dir", out.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        let s = json(&out.join("summary.json"));
+        let co = &s["client_overhead"];
+        let (runner, little) = (
+            co["in_flight_runner"].as_f64().unwrap(),
+            co["in_flight_from_latency"].as_f64().unwrap(),
+        );
+        assert!((runner - little).abs() <= 0.05 * runner, "{name}: Little's law: {co}");
+        assert!(co["read_lag_ms"]["count"].as_u64().unwrap() > 0, "{name}: {co}");
+        match paced {
+            Some(p) => {
+                assert_eq!(co["paced_by_client"], p, "{name}: {co}");
+                assert!(co["client_share"].is_number(), "{name}: {co}");
+                assert_eq!(t.contains("WARNING: the client set the pace"), p, "{name}: {t}");
+                if name == "slow" {
+                    assert!((runner - 32.0).abs() < 1.6, "{name}: 32 slots busy: {co}");
+                }
+            }
+            None => {
+                assert!(co["client_share"].is_null(), "open loop has no slot share: {co}");
+                assert!(co["release_ms"]["count"].as_u64().unwrap() > 0, "{co}");
+            }
+        }
+        let rec = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+        let first: serde_json::Value = serde_json::from_str(rec.lines().next().unwrap()).unwrap();
+        valid(include_str!("../../../docs/schema/request.schema.json"), &first);
+        valid(include_str!("../../../docs/schema/summary.schema.json"), &s);
+    }
 }

@@ -177,6 +177,9 @@ pub struct RunOutcome {
     pub sessions: Option<SessionCounts>,
     /// The client's own CPU and memory over this run.
     pub client: ClientStats,
+    /// Slot-seconds occupied (closed loop) or request-seconds in flight (open loop) in the
+    /// measured phase, by the runner's own count (Little's law, docs/METRICS.md).
+    pub busy_s: f64,
 }
 
 /// What a run sends: requests from a workload, or multi-turn sessions.
@@ -271,6 +274,9 @@ pub(crate) struct Shared {
     /// Tasks that may still be running, aborted when the drain timeout expires.
     tasks: Mutex<Vec<AbortHandle>>,
     exhausted: AtomicBool,
+    /// Nanoseconds of slots occupied (closed loop) or requests in flight (open loop) in the
+    /// measured phase: the runner's own count for Little's law.
+    busy_ns: AtomicU64,
 }
 
 impl Shared {
@@ -295,7 +301,13 @@ impl Shared {
             idle: Notify::new(),
             tasks: Mutex::new(Vec::new()),
             exhausted: AtomicBool::new(false),
+            busy_ns: AtomicU64::new(0),
         })
+    }
+
+    /// Count `d` of a slot occupied, or of a request in flight.
+    pub(crate) fn add_busy(&self, d: Duration) {
+        self.busy_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     fn next_request(&self, index: u64) -> Option<PlannedRequest> {
@@ -564,6 +576,7 @@ impl Measured {
         warm: (u64, u64),
     ) -> Self {
         let rec = recorder::spawn(rx, sink, observers, sh.cfg.slos.clone());
+        sh.busy_ns.store(0, Ordering::SeqCst);
         sh.measured_from
             .store(sh.control.progress.dispatched.load(Ordering::SeqCst), Ordering::SeqCst);
         let saturation =
@@ -618,6 +631,7 @@ impl Measured {
             stopped_on_saturation,
             sessions: None,
             client: ClientStats::default(),
+            busy_s: sh.busy_ns.load(Ordering::SeqCst) as f64 / 1e9,
         }
     }
 }
@@ -641,6 +655,9 @@ async fn closed_loop(
         let h = tokio::spawn(async move {
             let sh = sh2;
             let _done = Done(sh.clone());
+            // The slot's previous request's end, and when the slot began its first one.
+            let mut prev_end: Option<Duration> = None;
+            let mut slot_start: Option<Instant> = None;
             loop {
                 if sh.control.stopped() || deadline.is_some_and(|d| Instant::now() >= d) {
                     break;
@@ -656,11 +673,17 @@ async fn closed_loop(
                 let prog = &sh.control.progress;
                 prog.dispatched.fetch_add(1, Ordering::Relaxed);
                 prog.in_flight.fetch_add(1, Ordering::Relaxed);
-                let mut g =
-                    Guard::new(begin(&req, input, now, now, run_start), tx.clone(), run_start);
+                let mut o = begin(&req, input, now, now, run_start);
+                o.turnaround = prev_end.map(|e| o.started.saturating_sub(e));
+                slot_start.get_or_insert(now);
+                let mut g = Guard::new(o, tx.clone(), run_start);
                 let tail = attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
+                prev_end = g.obs.as_ref().map(|o| o.end);
                 prog.account(g);
                 tail.finish().await;
+            }
+            if let Some(s) = slot_start {
+                sh.add_busy(s.elapsed());
             }
         });
         sh.track(h.abort_handle());
@@ -755,7 +778,12 @@ async fn open_loop(
                     prog.in_flight.fetch_add(1, Ordering::Relaxed);
                     let tail =
                         attempt(&sh, req, run_start, g.obs.as_mut().expect("fresh guard")).await;
+                    let released = Instant::now();
+                    if let Some(o) = g.obs.as_mut() {
+                        o.release = Some(released.saturating_duration_since(run_start + o.end));
+                    }
                     prog.account(g);
+                    sh.add_busy(released - started);
                     tail.finish().await;
                     drop(permit);
                 });

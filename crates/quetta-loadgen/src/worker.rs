@@ -70,6 +70,7 @@ pub async fn observe(
     let mut stream = engine.send(request);
     o.sent = Some(off(Instant::now()));
     let mut last_token: Option<Instant> = None;
+    let mut last_frame = None;
     loop {
         let Some(ev) = poll_fn(|cx| stream.as_mut().poll_next(cx)).await else {
             // A stream must end with End or Error; one that just stops breaks the contract.
@@ -77,6 +78,12 @@ pub async fn observe(
             o.error = Some(EngineError::Protocol("event stream ended without End or Error".into()));
             return Tail(None);
         };
+        // Read lag: once per frame, how long its bytes waited for the client to handle them.
+        if last_frame != Some(ev.frame) && !matches!(ev.kind, EventKind::RequestWritten) {
+            last_frame = Some(ev.frame);
+            o.read_lag_sum += Instant::now().saturating_duration_since(ev.at);
+            o.read_lag_frames += 1;
+        }
         match ev.kind {
             EventKind::Headers { status, connection, headers } => {
                 o.headers = Some(off(ev.at));

@@ -24,10 +24,16 @@ pub enum Metric {
     ScheduleLag,
     TtftFromIntended,
     E2eFromIntended,
+    /// Per request: the mean time its frames waited for the client after arriving.
+    ReadLag,
+    /// Closed loop, per request: the previous request's end in its slot → its start.
+    Turnaround,
+    /// Open loop, per request: its end → the client releasing it.
+    Release,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 13] = [
         Metric::Ttft,
         Metric::Ttfo,
         Metric::Tpot,
@@ -38,6 +44,9 @@ impl Metric {
         Metric::ScheduleLag,
         Metric::TtftFromIntended,
         Metric::E2eFromIntended,
+        Metric::ReadLag,
+        Metric::Turnaround,
+        Metric::Release,
     ];
 
     /// The key of this metric in `summary.json`.
@@ -53,6 +62,9 @@ impl Metric {
             Metric::ScheduleLag => "schedule_lag_ms",
             Metric::TtftFromIntended => "ttft_from_intended_ms",
             Metric::E2eFromIntended => "e2e_from_intended_ms",
+            Metric::ReadLag => "read_lag_ms",
+            Metric::Turnaround => "turnaround_ms",
+            Metric::Release => "release_ms",
         }
     }
 
@@ -297,6 +309,65 @@ pub struct Stats {
     pub extra: BTreeMap<String, Option<f64>>,
 }
 
+/// The share of each slot's cycle spent in the client above which the client set the pace.
+pub const CLIENT_SHARE_LIMIT: f64 = 0.10;
+/// The read lag p99 (ms) above which the client set the pace.
+pub const READ_LAG_LIMIT_MS: f64 = 1.0;
+
+/// How much of the run the client itself took (docs/METRICS.md, Client overhead).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientOverhead {
+    /// Per request: the mean time its frames waited for the client after their bytes arrived.
+    pub read_lag_ms: Stats,
+    /// Closed loop, per request: the previous request's end in its slot → its start.
+    pub turnaround_ms: Stats,
+    /// Open loop, per request: its end → the client releasing it (recorded, its task free).
+    #[serde(default)]
+    pub release_ms: Stats,
+    /// Closed loop: Σ turnaround / Σ (turnaround + queue + E2E), over the requests with a
+    /// turnaround: the share of each slot's cycle spent in the client. Null in open loop.
+    pub client_share: Option<f64>,
+    /// The client set the pace: `client_share` over 10 %, or read lag p99 over 1 ms.
+    pub paced_by_client: bool,
+    /// Little's law: Σ (queue + E2E + turnaround or release) over the window = throughput ×
+    /// the mean time a request (with its turnaround) held a slot or a task.
+    pub in_flight_from_latency: Option<f64>,
+    /// The runner's own time-averaged count of occupied slots (closed loop) or requests in
+    /// flight (open loop) over the window; equals `in_flight_from_latency` when every
+    /// request and every moment of a slot is accounted for.
+    pub in_flight_runner: Option<f64>,
+}
+
+impl ClientOverhead {
+    /// Add the runner's own count: `busy_s` slot-seconds (or request-seconds) occupied,
+    /// over a window of `duration_s`.
+    pub fn with_runner_busy(mut self, busy_s: f64, duration_s: f64) -> Self {
+        self.in_flight_runner =
+            (duration_s > 0.0 && busy_s > 0.0).then(|| round3(busy_s / duration_s));
+        self
+    }
+
+    /// What the client should change when it set the pace, in words; `None` when it did not.
+    pub fn warning(&self) -> Option<String> {
+        if !self.paced_by_client {
+            return None;
+        }
+        let mut why = Vec::new();
+        if let Some(s) = self.client_share.filter(|s| *s > CLIENT_SHARE_LIMIT) {
+            why.push(format!("{:.0}% of each slot's cycle was spent in the client", s * 100.0));
+        }
+        if let Some(p) = self.read_lag_ms.p99.filter(|p| *p > READ_LAG_LIMIT_MS) {
+            why.push(format!(
+                "answers waited up to {p:.2} ms (read lag p99) for the client to read them"
+            ));
+        }
+        Some(format!(
+            "the client set the pace: {}; latencies are still stamped at arrival, but the load is lower than planned. Give it more --threads, fewer streams per client process, or split the load across shards",
+            why.join(", ")
+        ))
+    }
+}
+
 /// Distinct error messages an aggregate keeps (a bound on its size whatever the run).
 pub const MAX_ERROR_MESSAGES: usize = 64;
 /// Characters of an error message kept.
@@ -344,6 +415,11 @@ pub struct Aggregate {
     pub prompt_delta_count: u64,
     /// Requests sent again after a stale pooled connection.
     pub stale_connection_retries: u64,
+    /// Σ (end − start + turnaround) over measured requests, ms: their slot time.
+    pub cycle_sum_ms: f64,
+    /// Over the requests with a turnaround: Σ turnaround and Σ (end − start + turnaround), ms.
+    pub turnaround_sum_ms: f64,
+    pub turnaround_cycle_sum_ms: f64,
     /// Requests retried with `--retries`, and the extra attempts they took.
     pub retried_requests: u64,
     pub retry_attempts: u64,
@@ -402,6 +478,9 @@ pub struct MetricsSummary {
     /// attempts they took; a retried request that succeeded counts as completed.
     pub retried_requests: u64,
     pub retry_attempts: u64,
+    /// How much of the run the client itself took, and whether it set the pace.
+    #[serde(default)]
+    pub client_overhead: ClientOverhead,
     /// Mean of (server-counted prompt tokens − planned prompt tokens) per request: the chat
     /// template and special tokens, or the error of an estimated plan. Null without usage.
     pub prompt_tokens_over_plan: Option<f64>,
@@ -517,6 +596,9 @@ impl Aggregate {
             prompt_delta_sum: 0,
             prompt_delta_count: 0,
             stale_connection_retries: 0,
+            cycle_sum_ms: 0.0,
+            turnaround_sum_ms: 0.0,
+            turnaround_cycle_sum_ms: 0.0,
             retried_requests: 0,
             retry_attempts: 0,
             osl_planned: 0,
@@ -548,6 +630,19 @@ impl Aggregate {
         }
         self.dist(Metric::Queue).add(r.queue_ms);
         self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
+        let held = (r.end_offset_ms - r.started_offset_ms).max(0.0);
+        self.cycle_sum_ms += held + r.turnaround_ms.unwrap_or(0.0) + r.release_ms.unwrap_or(0.0);
+        if let Some(t) = r.release_ms {
+            self.dist(Metric::Release).add(t);
+        }
+        if let Some(t) = r.turnaround_ms {
+            self.dist(Metric::Turnaround).add(t);
+            self.turnaround_sum_ms += t;
+            self.turnaround_cycle_sum_ms += held + t;
+        }
+        if let Some(l) = r.read_lag_ms {
+            self.dist(Metric::ReadLag).add(l);
+        }
         // of the completed requests only: a failed one says nothing of the output length
         if r.planned_output_tokens > 0 && r.ok() {
             self.osl_planned += 1;
@@ -665,12 +760,37 @@ impl Aggregate {
         self.prompt_delta_sum += o.prompt_delta_sum;
         self.prompt_delta_count += o.prompt_delta_count;
         self.stale_connection_retries += o.stale_connection_retries;
+        self.cycle_sum_ms += o.cycle_sum_ms;
+        self.turnaround_sum_ms += o.turnaround_sum_ms;
+        self.turnaround_cycle_sum_ms += o.turnaround_cycle_sum_ms;
         self.retried_requests += o.retried_requests;
         self.retry_attempts += o.retry_attempts;
         self.osl_planned += o.osl_planned;
         self.osl_hits += o.osl_hits;
         for (k, t) in &o.per_turn {
             self.per_turn.entry(*k).or_default().merge(t);
+        }
+    }
+
+    /// How much of the run the client itself took (docs/METRICS.md, Client overhead); the
+    /// runner's own in-flight count is added with [`ClientOverhead::with_runner_busy`].
+    fn client_overhead(&self, extra_percentiles: &[f64]) -> ClientOverhead {
+        let read_lag_ms = self.stats(Metric::ReadLag, extra_percentiles);
+        let turnaround_ms = self.stats(Metric::Turnaround, extra_percentiles);
+        let release_ms = self.stats(Metric::Release, extra_percentiles);
+        let client_share = (self.turnaround_cycle_sum_ms > 0.0)
+            .then(|| round3(self.turnaround_sum_ms / self.turnaround_cycle_sum_ms * 1e3) / 1e3);
+        let dur = self.duration_s();
+        ClientOverhead {
+            paced_by_client: client_share.is_some_and(|s| s > CLIENT_SHARE_LIMIT)
+                || read_lag_ms.p99.is_some_and(|p| p > READ_LAG_LIMIT_MS),
+            read_lag_ms,
+            turnaround_ms,
+            release_ms,
+            client_share,
+            in_flight_from_latency: (dur > 0.0 && self.cycle_sum_ms > 0.0)
+                .then(|| round3(self.cycle_sum_ms / 1e3 / dur)),
+            in_flight_runner: None,
         }
     }
 
@@ -738,6 +858,7 @@ impl Aggregate {
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
             retry_attempts: self.retry_attempts,
+            client_overhead: self.client_overhead(extra_percentiles),
             prompt_tokens_over_plan: (self.prompt_delta_count > 0)
                 .then(|| round3(self.prompt_delta_sum as f64 / self.prompt_delta_count as f64)),
             osl_hit_rate: (self.osl_planned > 0)
@@ -790,6 +911,12 @@ struct Wire {
     prompt_delta_count: u64,
     #[serde(default)]
     stale_connection_retries: u64,
+    #[serde(default)]
+    cycle_sum_ms: f64,
+    #[serde(default)]
+    turnaround_sum_ms: f64,
+    #[serde(default)]
+    turnaround_cycle_sum_ms: f64,
     #[serde(default)]
     retried_requests: u64,
     #[serde(default)]
@@ -902,6 +1029,9 @@ impl Serialize for Aggregate {
             slo_met_all: self.slo_met_all,
             prompt_delta_sum: self.prompt_delta_sum,
             prompt_delta_count: self.prompt_delta_count,
+            cycle_sum_ms: self.cycle_sum_ms,
+            turnaround_sum_ms: self.turnaround_sum_ms,
+            turnaround_cycle_sum_ms: self.turnaround_cycle_sum_ms,
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
             retry_attempts: self.retry_attempts,
@@ -959,6 +1089,9 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.prompt_delta_sum = w.prompt_delta_sum;
         agg.prompt_delta_count = w.prompt_delta_count;
         agg.stale_connection_retries = w.stale_connection_retries;
+        agg.cycle_sum_ms = w.cycle_sum_ms;
+        agg.turnaround_sum_ms = w.turnaround_sum_ms;
+        agg.turnaround_cycle_sum_ms = w.turnaround_cycle_sum_ms;
         agg.retried_requests = w.retried_requests;
         agg.retry_attempts = w.retry_attempts;
         Ok(agg)

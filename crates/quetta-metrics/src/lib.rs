@@ -29,7 +29,8 @@ pub mod stats;
 pub mod telemetry;
 
 pub use aggregate::{
-    percentile_key, Aggregate, ErrorMessage, Goodput, Metric, MetricsSummary, Stats, TurnSummary,
+    percentile_key, Aggregate, ClientOverhead, ErrorMessage, Goodput, Metric, MetricsSummary,
+    Stats, TurnSummary,
 };
 pub use client::{ClientStats, Host};
 pub use record::{CachedSource, Observation, RequestRecord, TokenSource};

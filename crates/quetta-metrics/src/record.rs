@@ -86,6 +86,14 @@ pub struct Observation {
     pub cached_tokens_estimate: Option<u64>,
     /// Response headers the adapter was asked to keep (e.g. `x-litellm-*`).
     pub response_headers: Vec<(String, String)>,
+    /// Sum over the answer's frames of (when the client handled the frame − when its bytes
+    /// arrived), and the number of frames: the read lag (docs/METRICS.md).
+    pub read_lag_sum: Duration,
+    pub read_lag_frames: u32,
+    /// Closed loop: from the previous request's end in the same slot to this one's start.
+    pub turnaround: Option<Duration>,
+    /// Open loop: from this request's end to the client releasing it (recorded, its task free).
+    pub release: Option<Duration>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -172,6 +180,16 @@ pub struct RequestRecord {
     /// Response headers kept with `--record-header` (or `--backend litellm`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub response_headers: std::collections::BTreeMap<String, String>,
+    /// Mean over the answer's frames of the time between a frame's bytes arriving and the
+    /// client handling it (docs/METRICS.md, Client overhead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lag_ms: Option<f64>,
+    /// Closed loop: the previous request's end in the same slot → this request's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turnaround_ms: Option<f64>,
+    /// Open loop: this request's end → the client releasing it (recorded, its task free).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_ms: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -249,6 +267,9 @@ impl RequestRecord {
             attempts: o.attempts.max(1),
             retry_errors: o.retry_errors,
             response_headers: o.response_headers.into_iter().collect(),
+            read_lag_ms: (o.read_lag_frames > 0).then(|| ms(o.read_lag_sum / o.read_lag_frames)),
+            turnaround_ms: o.turnaround.map(ms),
+            release_ms: o.release.map(ms),
         }
     }
 

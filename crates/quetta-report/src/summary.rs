@@ -430,6 +430,29 @@ fn results_block(m: &MetricsSummary) -> String {
     s
 }
 
+/// The `client` line: the client's CPU and memory, and how much of the run it took.
+fn client_line(sum: &Summary) -> String {
+    // milliseconds below a second: a short run's CPU is not "0.00 s"
+    let cpu = |v: f64| if v < 1.0 { format!("{:.1} ms", v * 1e3) } else { format!("{v:.2} s") };
+    let co = &sum.metrics.client_overhead;
+    let mut own = String::new();
+    if let Some(p) = co.read_lag_ms.p99 {
+        let _ = write!(own, "; read lag p99 {p:.3} ms");
+    }
+    if let Some(sh) = co.client_share {
+        let _ = write!(own, ", {:.1}% of each slot's cycle in the client", sh * 100.0);
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "client     cpu {} user + {} system, peak RSS {} MiB{own}",
+        cpu(sum.client.cpu_user_s),
+        cpu(sum.client.cpu_system_s),
+        sum.client.peak_rss_kib / 1024
+    );
+    s
+}
+
 /// The terminal summary of a run.
 pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
     let m = &sum.metrics;
@@ -562,15 +585,7 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
         }
         let _ = writeln!(s, "{line} (see docs/METRICS.md, Connections)");
     }
-    // milliseconds below a second: a short run's CPU is not "0.00 s"
-    let cpu = |v: f64| if v < 1.0 { format!("{:.1} ms", v * 1e3) } else { format!("{v:.2} s") };
-    let _ = writeln!(
-        s,
-        "client     cpu {} user + {} system, peak RSS {} MiB",
-        cpu(sum.client.cpu_user_s),
-        cpu(sum.client.cpu_system_s),
-        sum.client.peak_rss_kib / 1024
-    );
+    s.push_str(&client_line(sum));
     for n in &sum.notes {
         let _ = writeln!(s, "note       {n}");
     }

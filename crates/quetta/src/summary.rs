@@ -226,7 +226,12 @@ pub(crate) fn assemble(
     server: Option<ServerReport>,
     gpu: (Option<GpuReport>, Option<String>),
 ) -> Summary {
-    let metrics = o.aggregate.summary(&b.percentiles);
+    let mut metrics = o.aggregate.summary(&b.percentiles);
+    metrics.client_overhead =
+        metrics.client_overhead.clone().with_runner_busy(o.busy_s, metrics.duration_s);
+    if let Some(w) = metrics.client_overhead.warning() {
+        notes.insert(0, format!("WARNING: {w}"));
+    }
     metric_notes(b, &metrics, &mut notes);
     run_notes(o, &mut notes);
     if let Some(n) = gpu.1 {
