@@ -60,3 +60,54 @@ fn two_hundred_requests_at_concurrency_4_lose_none_to_connection_reuse() {
     assert_eq!(s["new_connections"], 200, "{t}");
     assert!(t.contains("connections 200 new for 200 requests"), "{t}");
 }
+
+/// llama.cpp reports its own timing of each request (`timings` in the final chunk): the
+/// records keep it and the summary puts it beside the client's, TTFT − the server's prompt
+/// time and TPOT − its per-token time (docs/METRICS.md, Server-side timing).
+#[test]
+fn the_servers_own_timing_is_recorded_beside_the_clients() {
+    let Some(url) = server() else { return };
+    let d = tmpdir("llama-timing");
+    let out = d.join("run");
+    let o = run(&[
+        "run",
+        "--base-url",
+        &url,
+        "--num-requests",
+        "4",
+        "--concurrency",
+        "1",
+        "--input-len",
+        "16",
+        "--output-len",
+        "6",
+        "--ignore-eos",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let s = json(&out.join("summary.json"));
+    let st = &s["server_timing"];
+    assert_eq!(st["requests_with_prefill"], 4, "{st}");
+    let over = st["ttft_minus_server_prefill_ms_mean"].as_f64().unwrap();
+    assert!(
+        (0.0..100.0).contains(&over),
+        "the client's TTFT includes the server's prompt time: {st}"
+    );
+    let tpot = st["tpot_minus_server_tpot_ms_mean"].as_f64().unwrap();
+    assert!(
+        tpot.abs() < 3.0,
+        "the client's TPOT is the server's per-token time and a little: {st}"
+    );
+    assert!(t.contains("server-side timing"), "{t}");
+    let rec = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    for line in rec.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (ttft, pre) =
+            (r["ttft_ms"].as_f64().unwrap(), r["server_prefill_ms"].as_f64().unwrap());
+        assert!(ttft >= pre, "{r}");
+        common::valid(include_str!("../../../docs/schema/request.schema.json"), &r);
+    }
+    common::valid(include_str!("../../../docs/schema/summary.schema.json"), &s);
+}

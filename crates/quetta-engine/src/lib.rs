@@ -282,6 +282,35 @@ impl Delta {
     }
 }
 
+/// The server's own timing of one request, where it reports one (llama.cpp's `timings`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ServerTiming {
+    /// Time the server spent on the prompt (llama.cpp: `prompt_ms`; with batched prefill it
+    /// covers the whole batch the prompt was processed in).
+    pub prompt_ms: Option<f64>,
+    /// Prompt tokens the server processed (not served from its cache).
+    pub prompt_n: Option<u64>,
+    /// The server's time per generated token (llama.cpp: `predicted_per_token_ms`).
+    pub per_token_ms: Option<f64>,
+    /// Tokens the server generated.
+    pub predicted_n: Option<u64>,
+}
+
+impl ServerTiming {
+    /// A timing with the prompt time and the per-token time.
+    pub fn new(prompt_ms: Option<f64>, per_token_ms: Option<f64>) -> Self {
+        Self { prompt_ms, per_token_ms, ..Self::default() }
+    }
+
+    /// The same timing with the token counts.
+    pub fn with_counts(mut self, prompt_n: Option<u64>, predicted_n: Option<u64>) -> Self {
+        self.prompt_n = prompt_n;
+        self.predicted_n = predicted_n;
+        self
+    }
+}
+
 /// Token counts reported by the server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -338,6 +367,8 @@ pub enum EventKind {
     Empty,
     /// Token usage reported by the server.
     Usage(Usage),
+    /// The server's own timing of the request (llama.cpp's `timings`).
+    ServerTiming(ServerTiming),
     /// The response ended normally.
     End { finish_reason: Option<String>, streamed: bool },
     /// The response failed. Terminal.

@@ -54,6 +54,7 @@ fn label(k: &EventKind) -> &'static str {
         EventKind::ToolCall(_) => "ToolCall",
         EventKind::Empty => "Empty",
         EventKind::Usage(_) => "Usage",
+        EventKind::ServerTiming(_) => "ServerTiming",
         EventKind::End { .. } => "End",
         EventKind::Error(_) => "Error",
     }

@@ -120,6 +120,7 @@ pub async fn observe(
                 }
             }
             EventKind::Usage(u) => o.usage = Some(u),
+            EventKind::ServerTiming(t) => o.server_timing = Some(t),
             EventKind::End { finish_reason, streamed } => {
                 o.end = off(ev.at);
                 o.finish_reason = finish_reason;

@@ -314,6 +314,20 @@ pub const CLIENT_SHARE_LIMIT: f64 = 0.10;
 /// The read lag p99 (ms) above which the client set the pace.
 pub const READ_LAG_LIMIT_MS: f64 = 1.0;
 
+/// The server's own timing beside the client's (docs/METRICS.md, Server-side timing): means
+/// over the completed requests that carried it. Where time goes between the server and
+/// the user: TTFT − the server's prompt time is the queue before it, the network, the
+/// gateway and the client; TPOT − the server's per-token time the same per token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerTimingSummary {
+    pub requests_with_prefill: u64,
+    pub server_prefill_ms_mean: Option<f64>,
+    pub ttft_minus_server_prefill_ms_mean: Option<f64>,
+    pub requests_with_tpot: u64,
+    pub server_tpot_ms_mean: Option<f64>,
+    pub tpot_minus_server_tpot_ms_mean: Option<f64>,
+}
+
 /// How much of the run the client itself took (docs/METRICS.md, Client overhead).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClientOverhead {
@@ -420,6 +434,10 @@ pub struct Aggregate {
     /// Over the requests with a turnaround: Σ turnaround and Σ (end − start + turnaround), ms.
     pub turnaround_sum_ms: f64,
     pub turnaround_cycle_sum_ms: f64,
+    /// Completed requests with the server's prompt time, Σ of it and Σ (TTFT − it), ms; the
+    /// same for the server's per-token time against TPOT.
+    pub server_prefill: (u64, f64, f64),
+    pub server_tpot: (u64, f64, f64),
     /// Requests retried with `--retries`, and the extra attempts they took.
     pub retried_requests: u64,
     pub retry_attempts: u64,
@@ -481,6 +499,10 @@ pub struct MetricsSummary {
     /// How much of the run the client itself took, and whether it set the pace.
     #[serde(default)]
     pub client_overhead: ClientOverhead,
+    /// The server's own per-request timing beside the client's, where the server reports
+    /// one (llama.cpp's `timings`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_timing: Option<ServerTimingSummary>,
     /// Mean of (server-counted prompt tokens − planned prompt tokens) per request: the chat
     /// template and special tokens, or the error of an estimated plan. Null without usage.
     pub prompt_tokens_over_plan: Option<f64>,
@@ -599,6 +621,8 @@ impl Aggregate {
             cycle_sum_ms: 0.0,
             turnaround_sum_ms: 0.0,
             turnaround_cycle_sum_ms: 0.0,
+            server_prefill: (0, 0.0, 0.0),
+            server_tpot: (0, 0.0, 0.0),
             retried_requests: 0,
             retry_attempts: 0,
             osl_planned: 0,
@@ -688,6 +712,16 @@ impl Aggregate {
         if let Some(m) = r.itl_mean_ms() {
             self.dist(Metric::ItlRequestMean).add(m);
         }
+        if let (Some(t), Some(s)) = (r.ttft_ms, r.server_prefill_ms) {
+            self.server_prefill.0 += 1;
+            self.server_prefill.1 += s;
+            self.server_prefill.2 += t - s;
+        }
+        if let (Some(t), Some(s)) = (r.tpot_ms, r.server_tpot_ms) {
+            self.server_tpot.0 += 1;
+            self.server_tpot.1 += s;
+            self.server_tpot.2 += t - s;
+        }
         if let (TokenSource::Usage, Some(n)) = (r.input_token_source, r.input_tokens) {
             self.prompt_delta_sum += n as i64 - i64::from(r.planned_input_tokens);
             self.prompt_delta_count += 1;
@@ -763,6 +797,13 @@ impl Aggregate {
         self.cycle_sum_ms += o.cycle_sum_ms;
         self.turnaround_sum_ms += o.turnaround_sum_ms;
         self.turnaround_cycle_sum_ms += o.turnaround_cycle_sum_ms;
+        for (a, b) in
+            [(&mut self.server_prefill, o.server_prefill), (&mut self.server_tpot, o.server_tpot)]
+        {
+            a.0 += b.0;
+            a.1 += b.1;
+            a.2 += b.2;
+        }
         self.retried_requests += o.retried_requests;
         self.retry_attempts += o.retry_attempts;
         self.osl_planned += o.osl_planned;
@@ -792,6 +833,20 @@ impl Aggregate {
                 .then(|| round3(self.cycle_sum_ms / 1e3 / dur)),
             in_flight_runner: None,
         }
+    }
+
+    /// The server's own timing beside the client's (docs/METRICS.md, Server-side timing).
+    fn server_timing(&self) -> Option<ServerTimingSummary> {
+        let mean = |n: u64, s: f64| (n > 0).then(|| round3(s / n as f64));
+        let (p, t) = (self.server_prefill, self.server_tpot);
+        (p.0 + t.0 > 0).then(|| ServerTimingSummary {
+            requests_with_prefill: p.0,
+            server_prefill_ms_mean: mean(p.0, p.1),
+            ttft_minus_server_prefill_ms_mean: mean(p.0, p.2),
+            requests_with_tpot: t.0,
+            server_tpot_ms_mean: mean(t.0, t.1),
+            tpot_minus_server_tpot_ms_mean: mean(t.0, t.2),
+        })
     }
 
     /// The measured window in seconds.
@@ -859,6 +914,7 @@ impl Aggregate {
             retried_requests: self.retried_requests,
             retry_attempts: self.retry_attempts,
             client_overhead: self.client_overhead(extra_percentiles),
+            server_timing: self.server_timing(),
             prompt_tokens_over_plan: (self.prompt_delta_count > 0)
                 .then(|| round3(self.prompt_delta_sum as f64 / self.prompt_delta_count as f64)),
             osl_hit_rate: (self.osl_planned > 0)
@@ -917,6 +973,10 @@ struct Wire {
     turnaround_sum_ms: f64,
     #[serde(default)]
     turnaround_cycle_sum_ms: f64,
+    #[serde(default)]
+    server_prefill: (u64, f64, f64),
+    #[serde(default)]
+    server_tpot: (u64, f64, f64),
     #[serde(default)]
     retried_requests: u64,
     #[serde(default)]
@@ -1032,6 +1092,8 @@ impl Serialize for Aggregate {
             cycle_sum_ms: self.cycle_sum_ms,
             turnaround_sum_ms: self.turnaround_sum_ms,
             turnaround_cycle_sum_ms: self.turnaround_cycle_sum_ms,
+            server_prefill: self.server_prefill,
+            server_tpot: self.server_tpot,
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
             retry_attempts: self.retry_attempts,
@@ -1092,6 +1154,8 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.cycle_sum_ms = w.cycle_sum_ms;
         agg.turnaround_sum_ms = w.turnaround_sum_ms;
         agg.turnaround_cycle_sum_ms = w.turnaround_cycle_sum_ms;
+        agg.server_prefill = w.server_prefill;
+        agg.server_tpot = w.server_tpot;
         agg.retried_requests = w.retried_requests;
         agg.retry_attempts = w.retry_attempts;
         Ok(agg)

@@ -30,7 +30,7 @@ pub mod telemetry;
 
 pub use aggregate::{
     percentile_key, Aggregate, ClientOverhead, ErrorMessage, Goodput, Metric, MetricsSummary,
-    Stats, TurnSummary,
+    ServerTimingSummary, Stats, TurnSummary,
 };
 pub use client::{ClientStats, Host};
 pub use record::{CachedSource, Observation, RequestRecord, TokenSource};

@@ -94,10 +94,16 @@ pub struct Observation {
     pub turnaround: Option<Duration>,
     /// Open loop: from this request's end to the client releasing it (recorded, its task free).
     pub release: Option<Duration>,
+    /// The server's own timing of the request, where it reports one.
+    pub server_timing: Option<quetta_engine::ServerTiming>,
 }
 
 fn ms(d: Duration) -> f64 {
     (d.as_nanos() as f64 / 1e3).round() / 1e3
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1e3).round() / 1e3
 }
 
 fn ms_between(a: Duration, b: Duration) -> f64 {
@@ -190,6 +196,12 @@ pub struct RequestRecord {
     /// Open loop: this request's end → the client releasing it (recorded, its task free).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_ms: Option<f64>,
+    /// The server's own prompt time (llama.cpp's `timings.prompt_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_prefill_ms: Option<f64>,
+    /// The server's own time per generated token (`timings.predicted_per_token_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_tpot_ms: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -270,6 +282,8 @@ impl RequestRecord {
             read_lag_ms: (o.read_lag_frames > 0).then(|| ms(o.read_lag_sum / o.read_lag_frames)),
             turnaround_ms: o.turnaround.map(ms),
             release_ms: o.release.map(ms),
+            server_prefill_ms: o.server_timing.and_then(|t| t.prompt_ms).map(round3),
+            server_tpot_ms: o.server_timing.and_then(|t| t.per_token_ms).map(round3),
         }
     }
 

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use quetta_engine::{Delta, EngineError, EventKind, Usage};
+use quetta_engine::{Delta, EngineError, EventKind, ServerTiming, Usage};
 use serde::Deserialize;
 
 use crate::fast::{self, DeltaFields};
@@ -35,6 +35,21 @@ struct Chunk<'a> {
     usage: Option<UsageJson>,
     #[serde(default)]
     error: Option<serde_json::Value>,
+    /// llama.cpp's own timing of the request, in its final chunk.
+    #[serde(default)]
+    timings: Option<TimingsJson>,
+}
+
+#[derive(Deserialize)]
+struct TimingsJson {
+    #[serde(default)]
+    prompt_n: Option<u64>,
+    #[serde(default)]
+    prompt_ms: Option<f64>,
+    #[serde(default)]
+    predicted_n: Option<u64>,
+    #[serde(default)]
+    predicted_per_token_ms: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +203,13 @@ impl ChunkDecoder {
         self.decode_choices(chunk.choices.as_deref().unwrap_or(&[]), out);
         if let Some(u) = chunk.usage {
             out(EventKind::Usage(u.into()));
+        }
+        if let Some(t) = chunk.timings {
+            let finite = |v: Option<f64>| v.filter(|x| x.is_finite() && *x >= 0.0);
+            out(EventKind::ServerTiming(
+                ServerTiming::new(finite(t.prompt_ms), finite(t.predicted_per_token_ms))
+                    .with_counts(t.prompt_n, t.predicted_n),
+            ));
         }
         Ok(())
     }

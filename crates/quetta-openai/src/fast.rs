@@ -59,9 +59,9 @@ pub(crate) fn scan(data: &[u8]) -> Option<Scanned<'_>> {
     let text = std::str::from_utf8(data).ok()?;
     let mut p = Parser { t: text, s: data, i: 0 };
     let mut out = Scanned::default();
-    p.fields([b"choices", b"usage", b"error"], |p, i| {
+    p.fields([b"choices", b"usage", b"error", b"timings"], |p, i| {
         if i > 0 {
-            // usage and error: only null is the scanner's
+            // usage, error and timings: only null is the scanner's
             return p.null().then_some(());
         }
         if p.null() {
@@ -333,7 +333,9 @@ mod tests {
         assert_eq!(s.choices().len(), 1);
         assert_eq!(s.choices()[0].delta.unwrap().content, Some(" world"));
         let llama = br#"{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1,"id":"x","model":"m","system_fingerprint":"b1-abc","object":"chat.completion.chunk","timings":{"prompt_n":4,"predicted_per_second":1.5e2}}"#;
-        let s = scan(llama).unwrap();
+        assert_eq!(scan(llama), None, "llama.cpp's timings are serde's (the server's own timing)");
+        let llama_token = br#"{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1,"id":"x","model":"m","system_fingerprint":"b1-abc","object":"chat.completion.chunk","timings":null}"#;
+        let s = scan(llama_token).unwrap();
         assert_eq!(s.choices()[0].finish_reason, Some("stop"));
         assert_eq!(s.choices()[0].delta, Some(DeltaFields::default()));
         let msg = br#"{"choices":[{"delta":null,"message":{"content":"m"}}]}"#;
@@ -345,7 +347,8 @@ mod tests {
     }
 
     /// Every token chunk of the real captures takes the scanner (the figures in
-    /// docs/PERFORMANCE.md rest on it); what is left to serde is a usage chunk or `[DONE]`.
+    /// docs/PERFORMANCE.md rest on it); what is left to serde is a usage or timings chunk or
+    /// `[DONE]`.
     #[test]
     fn real_llama_cpp_and_vllm_token_chunks_are_scanned() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/sse");
@@ -360,7 +363,8 @@ mod tests {
                 if scan(data.as_bytes()).is_some() {
                     scanned += 1;
                 } else {
-                    assert!(data == "[DONE]" || data.contains("\"usage\":{"), "{f}: {data}");
+                    let last = data.contains("\"usage\":{") || data.contains("\"timings\":{");
+                    assert!(data == "[DONE]" || last, "{f}: {data}");
                     left += 1;
                 }
             }

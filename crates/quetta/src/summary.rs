@@ -147,6 +147,20 @@ pub(crate) fn target(b: &Benchmark, c: &Connected) -> Target {
     }
 }
 
+/// The server's own timing beside the client's, in words (docs/METRICS.md).
+fn server_timing_note(st: &quetta_metrics::ServerTimingSummary, batched: bool) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3} ms"));
+    format!(
+        "server-side timing (the server's own per-request timings, {} requests): TTFT − server prompt time {} on average (server prompt time {}), TPOT − server per-token time {} (server {}): the rest is queueing before the server, the network, any gateway and the client{}",
+        st.requests_with_prefill.max(st.requests_with_tpot),
+        f(st.ttft_minus_server_prefill_ms_mean),
+        f(st.server_prefill_ms_mean),
+        f(st.tpot_minus_server_tpot_ms_mean),
+        f(st.server_tpot_ms_mean),
+        if batched { "; with concurrent requests the server's prompt time can cover a whole batch of prompts (llama.cpp), so the difference then understates the overhead" } else { "" }
+    )
+}
+
 /// Notes the run's own figures call for.
 fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
     if m.input_token_source == "planned" {
@@ -231,6 +245,12 @@ pub(crate) fn assemble(
         metrics.client_overhead.clone().with_runner_busy(o.busy_s, metrics.duration_s);
     if let Some(w) = metrics.client_overhead.warning() {
         notes.insert(0, format!("WARNING: {w}"));
+    }
+    if let Some(st) = &metrics.server_timing {
+        notes.push(server_timing_note(
+            st,
+            config.concurrency.unwrap_or(1) > 1 || config.request_rate.is_some(),
+        ));
     }
     metric_notes(b, &metrics, &mut notes);
     run_notes(o, &mut notes);
