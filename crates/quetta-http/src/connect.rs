@@ -66,7 +66,7 @@ pub(crate) struct Habits {
 }
 
 impl Habits {
-    pub(crate) fn closes_after_stream(&self) -> bool {
+    fn closes_after_stream(&self) -> bool {
         self.closes_after_stream.load(Ordering::Relaxed)
     }
 
@@ -84,18 +84,28 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// counts as closing right after the response.
 const CLOSE_AFTER: Duration = Duration::from_millis(100);
 
-impl Drop for MetaInner {
-    /// Learn from how the connection ended: the server closed it right after a streamed
-    /// response (not after an idle timeout).
-    fn drop(&mut self) {
-        let (Some(eof), Some(last)) = (self.stamps.eof(), self.stamps.last_arrival()) else {
-            return;
-        };
-        if *self.uses.get_mut() > 0
-            && *self.last_streamed.get_mut()
-            && eof.saturating_duration_since(last) <= CLOSE_AFTER
+impl MetaInner {
+    /// The server closed this connection at `closed`: learn its habit when that came right
+    /// after a streamed response (not after an idle timeout).
+    fn learn_close(&self, closed: Instant) {
+        let soon = self
+            .stamps
+            .last_arrival()
+            .is_some_and(|last| closed.saturating_duration_since(last) <= CLOSE_AFTER);
+        if soon
+            && self.uses.load(Ordering::Relaxed) > 0
+            && self.last_streamed.load(Ordering::Relaxed)
         {
             self.habits.closes_after_stream.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for MetaInner {
+    /// Learn from how the connection ended (its end-of-stream read, if it saw one).
+    fn drop(&mut self) {
+        if let Some(eof) = self.stamps.eof() {
+            self.learn_close(eof);
         }
     }
 }
@@ -126,38 +136,18 @@ impl ConnMeta {
         self.0.stamps.written_since_read()
     }
 
-    /// The server's habits at this connection's origin.
-    pub(crate) fn habits(&self) -> &Habits {
-        &self.0.habits
-    }
-
     /// A request on this connection failed before its response (the server closed it):
     /// learn from it when that came right after a streamed response.
     pub(crate) fn note_closed(&self, at: Instant) {
-        let soon = self
-            .0
-            .stamps
-            .last_arrival()
-            .is_some_and(|last| at.saturating_duration_since(last) <= CLOSE_AFTER);
-        if self.served_before() && soon && self.0.last_streamed.load(Ordering::Relaxed) {
-            self.0.habits.closes_after_stream.store(true, Ordering::Relaxed);
-        }
+        self.0.learn_close(at);
     }
 
-    /// Requests this connection has carried (claimed so far).
-    pub(crate) fn uses(&self) -> u64 {
-        self.0.uses.load(Ordering::Relaxed)
-    }
-
-    /// Note what a response said about keeping the connection (`Keep-Alive: timeout=T,
-    /// max=N`, after `uses` requests including this one) and whether it is streamed; returns
-    /// whether the connection must not carry another request.
-    pub(crate) fn note_response(
-        &self,
-        keep_alive: Option<&str>,
-        uses: u64,
-        streamed: bool,
-    ) -> bool {
+    /// Note what a response (claimed: its request is counted) said about keeping the
+    /// connection (`Keep-Alive: timeout=T, max=N`) and whether it is streamed; returns
+    /// whether the connection must not carry another request (the announced maximum is
+    /// reached, or the answer is streamed and the server closes after those).
+    pub(crate) fn note_response(&self, keep_alive: Option<&str>, streamed: bool) -> bool {
+        let uses = self.0.uses.load(Ordering::Relaxed);
         if uses > 1 && self.0.last_streamed.load(Ordering::Relaxed) {
             self.0.habits.keeps_streams.store(true, Ordering::Relaxed);
         }
@@ -180,6 +170,7 @@ impl ConnMeta {
             }
         }
         uses >= self.0.max_requests.load(Ordering::Relaxed)
+            || (streamed && self.0.habits.closes_after_stream())
     }
 
     /// Count one more request on this connection and describe it for that request.

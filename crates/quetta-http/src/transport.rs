@@ -391,14 +391,12 @@ fn failed_conn(e: &hyper_util::client::legacy::Error) -> Option<ConnMeta> {
 /// was written is not proof: the server may have taken it.
 fn never_received(e: &hyper_util::client::legacy::Error, conn: Option<&ConnMeta>) -> bool {
     let Some(conn) = conn.filter(|c| c.served_before()) else { return false };
+    // A write the guard refused (`quetta_net::PeerClosed`) left nothing written either.
     if !conn.written_since_read() {
         return true;
     }
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = src {
-        if quetta_net::PeerClosed::find(s).is_some() {
-            return true;
-        }
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
             if matches!(io.kind(), BrokenPipe | ConnectionReset) {
@@ -494,8 +492,7 @@ impl ResponseStream {
             // is hyper's) or showed it takes no further request on it.
             let streamed = this.streaming && (200..300).contains(&status);
             let ka = resp.headers().get("keep-alive").and_then(|v| v.to_str().ok());
-            let last = m.note_response(ka, m.uses(), streamed);
-            if last || (streamed && m.habits().closes_after_stream()) {
+            if m.note_response(ka, streamed) {
                 if let Some(c) = this.capture.as_ref() {
                     if let Some(conn) = c.connection_metadata().as_ref() {
                         conn.poison();

@@ -78,8 +78,13 @@ pub async fn observe(
             o.error = Some(EngineError::Protocol("event stream ended without End or Error".into()));
             return Tail(None);
         };
-        // Read lag: once per frame, how long its bytes waited for the client to handle them.
-        if last_frame != Some(ev.frame) && !matches!(ev.kind, EventKind::RequestWritten) {
+        // Read lag: once per frame of the answer, how long its bytes waited for the client
+        // to handle them (a write, a failure or the connection facts are no arrival).
+        let arrival = !matches!(
+            ev.kind,
+            EventKind::RequestWritten | EventKind::Connection(_) | EventKind::Error(_)
+        );
+        if arrival && last_frame != Some(ev.frame) {
             last_frame = Some(ev.frame);
             o.read_lag_sum += Instant::now().saturating_duration_since(ev.at);
             o.read_lag_frames += 1;

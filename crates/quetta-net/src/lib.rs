@@ -112,28 +112,6 @@ impl std::fmt::Display for PeerClosed {
 
 impl std::error::Error for PeerClosed {}
 
-impl PeerClosed {
-    /// The refusal inside `e`, if `e` (or an error it wraps) is one.
-    pub fn find(e: &(dyn std::error::Error + 'static)) -> Option<Self> {
-        let mut cur = Some(e);
-        while let Some(err) = cur {
-            if let Some(p) = err.downcast_ref::<Self>() {
-                return Some(*p);
-            }
-            // `io::Error::source` skips the error it wraps; look inside it.
-            if let Some(p) = err
-                .downcast_ref::<io::Error>()
-                .and_then(io::Error::get_ref)
-                .and_then(|i| i.downcast_ref::<Self>())
-            {
-                return Some(*p);
-            }
-            cur = err.source();
-        }
-        None
-    }
-}
-
 impl Stamps {
     /// A fresh record, to share with one [`StampedTcp`].
     pub fn new() -> Arc<Self> {
