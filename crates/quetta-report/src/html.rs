@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use quetta_metrics::series::Second;
-use quetta_metrics::{RequestRecord, Stats};
+use quetta_metrics::RequestRecord;
 
 use crate::chart::{cdf, svg, Chart, Series};
 use crate::{ReportError, RunDir, Summary, SweepReport};
@@ -277,22 +277,9 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
     ])
 }
 
-fn stats_rows(m: &quetta_metrics::MetricsSummary) -> Vec<(&'static str, &Stats)> {
-    vec![
-        ("TTFT", &m.ttft_ms),
-        ("TPOT", &m.tpot_ms),
-        ("ITL (pooled)", &m.itl_ms),
-        ("E2E", &m.e2e_ms),
-        ("TTFT from intended send", &m.ttft_from_intended_ms),
-        ("E2E from intended send", &m.e2e_from_intended_ms),
-        ("Queue", &m.queue_ms),
-        ("Schedule lag", &m.schedule_lag_ms),
-    ]
-}
-
 fn metric_table_html(s: &mut String, m: &quetta_metrics::MetricsSummary) {
     s.push_str("<table><tr><th>latency (ms)</th><th>count</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>");
-    for (name, st) in stats_rows(m) {
+    for (name, st) in crate::summary::latency_rows(m) {
         if st.count == 0 {
             continue;
         }

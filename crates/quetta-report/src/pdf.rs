@@ -170,15 +170,7 @@ fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
             .iter()
             .map(|s| (*s).to_owned())
             .collect::<Vec<_>>()];
-    for (name, st) in [
-        ("TTFT", &m.ttft_ms),
-        ("TPOT", &m.tpot_ms),
-        ("ITL (pooled)", &m.itl_ms),
-        ("E2E", &m.e2e_ms),
-        ("TTFT from intended", &m.ttft_from_intended_ms),
-        ("E2E from intended", &m.e2e_from_intended_ms),
-        ("Queue", &m.queue_ms),
-    ] {
+    for (name, st) in crate::summary::latency_rows(m) {
         if st.count == 0 {
             continue;
         }
@@ -197,7 +189,7 @@ fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
     rows
 }
 
-const METRIC_WIDTHS: [f64; 9] = [48.0, 22.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0, 24.0];
+const METRIC_WIDTHS: [f64; 9] = [50.0, 18.0, 20.0, 20.0, 20.0, 20.0, 20.0, 20.0, 20.0];
 
 fn config_lines(p: &mut Page, r: &RunData) {
     let t = &r.summary.target;
@@ -227,6 +219,7 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     if m.completed == 0 {
         p.line(&format!("FAILED: every one of the {} measured requests failed", m.failed), 12.0);
         error_lines(&mut p, m);
+        note_lines(&mut p, &r.summary.notes);
         return;
     }
     let hl: Vec<String> =
@@ -237,12 +230,29 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     p.y += 2.0;
     p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
     error_lines(&mut p, m);
+    note_lines(&mut p, &r.summary.notes);
     let charts = run_charts(r);
     let y0 = p.y + 2.0;
     for (i, c) in charts.iter().take(2).enumerate() {
         p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(85.0));
     }
     chart_grid(d, &charts[2.min(charts.len())..]);
+}
+
+/// The run's notes (warnings first), each wrapped to the page's width.
+fn note_lines(p: &mut Page, notes: &[String]) {
+    for n in notes {
+        let mut line = String::new();
+        for w in n.split(' ') {
+            if line.len() + w.len() > 130 {
+                p.line(&line, 7.0);
+                line = "  ".into();
+            }
+            line.push_str(w);
+            line.push(' ');
+        }
+        p.line(line.trim_end(), 7.0);
+    }
 }
 
 /// Error kinds, then the most frequent messages (cut to fit the line).

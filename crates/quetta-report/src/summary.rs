@@ -264,9 +264,11 @@ fn cell(v: Option<f64>) -> String {
     }
 }
 
-/// The percentile table of a summary's latency metrics.
-pub fn metric_table(m: &MetricsSummary) -> String {
-    let rows: [(&str, &Stats); 10] = [
+/// The latency rows every view of a run shows (terminal, HTML, PDF), in order; a view skips
+/// the empty ones.
+pub(crate) fn latency_rows(m: &MetricsSummary) -> [(&'static str, &Stats); 13] {
+    let co = &m.client_overhead;
+    [
         ("TTFT", &m.ttft_ms),
         ("TTFO (first answer token)", &m.ttfo_ms),
         ("TPOT", &m.tpot_ms),
@@ -277,7 +279,15 @@ pub fn metric_table(m: &MetricsSummary) -> String {
         ("E2E from intended send", &m.e2e_from_intended_ms),
         ("Queue (slot + connection)", &m.queue_ms),
         ("Schedule lag (client)", &m.schedule_lag_ms),
-    ];
+        ("Read lag (client)", &co.read_lag_ms),
+        ("Turnaround (client)", &co.turnaround_ms),
+        ("Release (client)", &co.release_ms),
+    ]
+}
+
+/// The percentile table of a summary's latency metrics.
+pub fn metric_table(m: &MetricsSummary) -> String {
+    let rows = latency_rows(m);
     let mut s = String::new();
     let _ = writeln!(
         s,
