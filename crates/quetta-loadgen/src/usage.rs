@@ -1,20 +1,28 @@
-//! The client's own resource use over one run, from `/proc` (Linux; zeros elsewhere): CPU
-//! time as the difference between the run's end and its start, and the peak resident set
+//! The client's own resource use over one run: CPU time from `getrusage` (microseconds; Unix,
+//! zeros elsewhere) as the difference between the run's end and its start, and also from
+//! the process's start to the run's end; from `/proc` (Linux) the peak resident set
 //! after resetting the process's high-water mark at the start (`/proc/self/clear_refs`), so
 //! that each step of a sweep reports its own figures, not the process's so far.
 
 use quetta_metrics::{ClientStats, Host};
 
-/// CPU time (user, system) of this process so far, in seconds.
+/// CPU time (user, system) of this process since it started, in seconds.
+#[cfg(unix)]
 fn cpu_times() -> (f64, f64) {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return (0.0, 0.0) };
-    // Fields after the command name (which may contain spaces) start at field 3.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15, i.e. indices 11 and 12 after ')'; clock ticks
-    // are 100 per second on Linux.
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
-    (tick(11), tick(12))
+    use nix::sys::resource::{getrusage, UsageWho};
+    use nix::sys::time::TimeValLike;
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let s = |t: nix::sys::time::TimeVal| t.num_microseconds() as f64 / 1e6;
+            (s(u.user_time()), s(u.system_time()))
+        }
+        Err(_) => (0.0, 0.0),
+    }
+}
+
+#[cfg(not(unix))]
+fn cpu_times() -> (f64, f64) {
+    (0.0, 0.0)
 }
 
 /// A line's number from /proc/self/status, in KiB.
@@ -49,10 +57,13 @@ impl Usage {
     /// The run's figures so far.
     pub fn finish(&self, worker_threads: usize) -> ClientStats {
         let (u, s) = cpu_times();
-        let round = |v: f64| (v * 100.0).round() / 100.0;
+        // to 0.1 ms
+        let round = |v: f64| (v * 1e4).round() / 1e4;
         ClientStats {
             cpu_user_s: round((u - self.cpu.0).max(0.0)),
             cpu_system_s: round((s - self.cpu.1).max(0.0)),
+            process_cpu_user_s: round(u),
+            process_cpu_system_s: round(s),
             peak_rss_kib: status_kib("VmHWM:").unwrap_or(0),
             peak_rss_scope: self.scope.into(),
             worker_threads,
@@ -110,6 +121,8 @@ mod tests {
         let s = u.finish(1);
         assert!(sum > 0 && x > 0);
         assert!(s.cpu_user_s + s.cpu_system_s < 0.2, "{s:?}");
+        // the process's own figure holds the earlier 300 ms of spinning
+        assert!(s.process_cpu_user_s + s.process_cpu_system_s >= 0.25, "{s:?}");
         if s.peak_rss_scope == "benchmark" {
             assert!(
                 s.peak_rss_kib + 32 * 1024 < before,

@@ -9,6 +9,12 @@ pub struct ClientStats {
     /// CPU time the process spent in user and system mode during the benchmark, in seconds.
     pub cpu_user_s: f64,
     pub cpu_system_s: f64,
+    /// CPU time of the process from its start to the benchmark's end (the tokenizer, the
+    /// workload, the pre-flight and earlier steps included), in seconds.
+    #[serde(default)]
+    pub process_cpu_user_s: f64,
+    #[serde(default)]
+    pub process_cpu_system_s: f64,
     /// Peak resident memory during the benchmark, in KiB (the process's high-water mark,
     /// reset at the benchmark's start where the OS allows; see `peak_rss_scope`).
     pub peak_rss_kib: u64,
@@ -32,6 +38,8 @@ impl Default for ClientStats {
         Self {
             cpu_user_s: 0.0,
             cpu_system_s: 0.0,
+            process_cpu_user_s: 0.0,
+            process_cpu_system_s: 0.0,
             peak_rss_kib: 0,
             peak_rss_scope: unknown(),
             worker_threads: 0,

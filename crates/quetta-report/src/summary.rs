@@ -450,14 +450,16 @@ fn client_line(sum: &Summary) -> String {
         let _ = write!(own, "; read lag p99 {p:.3} ms");
     }
     if let Some(sh) = co.client_share {
-        let _ = write!(own, ", {:.1}% of each slot's cycle in the client", sh * 100.0);
+        let _ = write!(own, ", {:.2}% of each slot's cycle in the client", sh * 100.0);
     }
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "client     cpu {} user + {} system, peak RSS {} MiB{own}",
+        "client     cpu {} user + {} system (process from its start: {} + {}), peak RSS {} MiB{own}",
         cpu(sum.client.cpu_user_s),
         cpu(sum.client.cpu_system_s),
+        cpu(sum.client.process_cpu_user_s),
+        cpu(sum.client.process_cpu_system_s),
         sum.client.peak_rss_kib / 1024
     );
     s
