@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use quetta::report::{files, render_summary, RunDir};
-use quetta::{Benchmark, CompareOptions, RunControl, SearchOver, SloSearch, Steps, Sweep};
+use quetta::{
+    Benchmark, CompareOptions, CompareSide, RunControl, SearchOver, SloSearch, Steps, Sweep,
+};
 
 use crate::flags::RunArgs;
 
@@ -404,9 +406,11 @@ pub fn slo(a: SloArgs) -> Result<ExitCode> {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The baseline run's directory.
+    /// The baseline: a run's directory, or the result file of `vllm bench serve
+    /// --save-result --save-detailed`.
     baseline: PathBuf,
-    /// The candidate run's directory.
+    /// The candidate: a run's directory (compare.json goes into it), or a vLLM result file
+    /// (FILE.compare.json beside it).
     candidate: PathBuf,
     /// Exit 1 when a metric is significantly worse by more than this (e.g. 5%).
     #[arg(long)]
@@ -441,10 +445,10 @@ pub fn compare(a: &CompareArgs) -> Result<ExitCode> {
         strict: a.strict,
         ..CompareOptions::default()
     };
-    let (base, cand) = (RunDir::open(&a.baseline)?, RunDir::open(&a.candidate)?);
-    let report = quetta::compare(&base, &cand, &opts)?;
+    let (base, cand) = (CompareSide::open(&a.baseline)?, CompareSide::open(&a.candidate)?);
+    let report = quetta::compare_sides(&base, &cand, &opts)?;
     print!("{}", report.render());
-    cand.write_compare(&report)?;
+    report.write(&cand)?;
     Ok(if report.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 

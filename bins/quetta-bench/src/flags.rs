@@ -519,6 +519,9 @@ pub struct RunArgs {
     /// Also write the result JSON of vLLM's `bench serve --save-result --save-detailed`.
     #[arg(help_heading = "Output", long)]
     pub save_result: bool,
+    /// vLLM's flag for the per-request lists: accepted, as --save-result's file always has them.
+    #[arg(help_heading = "Output", long, requires = "save_result")]
+    pub save_detailed: bool,
     /// Directory of --save-result's file [default: the current directory].
     #[arg(help_heading = "Output", long)]
     pub result_dir: Option<PathBuf>,

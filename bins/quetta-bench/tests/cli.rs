@@ -627,3 +627,85 @@ fn the_client_says_when_it_sets_the_pace_and_littles_law_holds() {
         valid(include_str!("../../../docs/schema/summary.schema.json"), &s);
     }
 }
+
+/// `compare` takes a vLLM result file (`vllm bench serve --save-result --save-detailed`) on
+/// either side and compares it as it compares two runs, naming where vLLM's definitions
+/// differ: one written by `--save-result`, and one in an older vLLM's shape (no per-request
+/// latencies, a failed request) whose E2E comes from TTFT + the gaps. A file without the
+/// per-request lists is refused, naming it.
+#[test]
+fn compare_takes_a_vllm_result_file_on_either_side() {
+    let d = tmpdir("cmp-vllm");
+    let (base, cand, vdir) = (d.join("base"), d.join("cand"), d.join("v"));
+    let o = run(&[
+        "run",
+        "--num-requests",
+        "40",
+        "--concurrency",
+        "4",
+        "--output-len",
+        "8",
+        "--output-dir",
+        base.to_str().unwrap(),
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        vdir.to_str().unwrap(),
+        "--result-filename",
+        "base.json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&[
+        "run",
+        "--num-requests",
+        "40",
+        "--concurrency",
+        "4",
+        "--output-len",
+        "8",
+        "--sim-ttft-ms",
+        "40",
+        "--output-dir",
+        cand.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let vfile = vdir.join("base.json");
+    let o = run(&["compare", vfile.to_str().unwrap(), cand.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("the baseline is a vLLM result file"), "{t}");
+    assert!(t.contains("pools every gap"), "{t}");
+    let c = json(&cand.join("compare.json"));
+    let ttft = c["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "ttft_ms").unwrap();
+    assert_eq!(ttft["n"], serde_json::json!([40, 40]), "{c}");
+    assert_eq!(ttft["verdict"], "slower (significant)", "20 ms → 40 ms: {c}");
+    // the other way round: compare.json goes beside the vLLM file
+    let o = run(&["compare", cand.to_str().unwrap(), vfile.to_str().unwrap()]);
+    assert!(o.status.success() && text(&o).contains("the candidate is a vLLM result file"));
+    assert!(vdir.join("base.json.compare.json").is_file());
+
+    // an older vLLM's file: no latencies; request 2 failed
+    let old = d.join("old.json");
+    std::fs::write(&old, r#"{"date":"20261130-101500","model_id":"m","request_throughput":2.0,"output_throughput":8.0,
+        "ttfts":[0.020,0.022,0.0,0.021],"itls":[[0.005,0.005,0.005],[0.005,0.006,0.005],[],[0.005,0.005,0.004]],
+        "output_lens":[4,4,0,4],"errors":["","","Connection reset",""],"input_lens":[8,8,8,8]}"#).unwrap();
+    let o = run(&["compare", old.to_str().unwrap(), cand.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("its E2E is TTFT + the sum of its inter-token gaps"), "{t}");
+    let c = json(&cand.join("compare.json"));
+    let e2e = c["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "e2e_ms").unwrap();
+    assert_eq!(e2e["n"][0], 3, "the failed request is left out: {c}");
+    // E2E = TTFT + gaps: 35, 38 and 35 ms
+    assert!((e2e["baseline_median"].as_f64().unwrap() - 35.0).abs() < 1e-6, "{c}");
+
+    // not a detailed file: refused, naming it
+    let bad = d.join("summary-only.json");
+    std::fs::write(&bad, r#"{"ttfts":[0.1,0.2],"itls":[[]],"output_lens":[1,1]}"#).unwrap();
+    let o = run(&["compare", bad.to_str().unwrap(), cand.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(
+        !o.status.success() && t.contains("summary-only.json") && t.contains("--save-detailed"),
+        "{t}"
+    );
+}

@@ -105,6 +105,11 @@ pub struct CompareReport {
 }
 
 impl CompareReport {
+    /// Write `compare.json` where `candidate` keeps it ([`CompareSide::report_path`]).
+    pub fn write(&self, candidate: &CompareSide) -> Result<(), ReportError> {
+        crate::dir::write_json(&candidate.report_path(), self)
+    }
+
     /// Whether the comparison fails (a threshold was given and a metric regressed past it).
     pub fn failed(&self) -> bool {
         self.regression_threshold.is_some() && !self.regressions.is_empty()
@@ -145,6 +150,9 @@ impl CompareReport {
     }
 }
 
+/// The per-request metrics a comparison tests.
+const PER_REQUEST: [&str; 4] = ["ttft_ms", "tpot_ms", "itl_request_mean_ms", "e2e_ms"];
+
 fn values(recs: &[RequestRecord], metric: &str) -> Vec<f64> {
     recs.iter()
         .filter(|r| r.ok())
@@ -156,6 +164,220 @@ fn values(recs: &[RequestRecord], metric: &str) -> Vec<f64> {
             _ => None,
         })
         .collect()
+}
+
+/// One side of a comparison: a Quetta run directory, or the result file of
+/// `vllm bench serve --save-result --save-detailed` (docs/METRICS.md, vLLM's result file).
+#[derive(Debug, Clone)]
+pub struct CompareSide {
+    /// Where it was read from.
+    pub path: String,
+    /// The run's summary (a Quetta run), for its settings, machine and target.
+    summary: Option<Box<Summary>>,
+    /// Per-request values of each metric of [`PER_REQUEST`], completed requests only (ms).
+    values: [Vec<f64>; 4],
+    request_throughput: f64,
+    output_token_throughput: f64,
+    /// A vLLM result file: its model, date (`YYYYMMDD-HHMMSS`), label, and whether it held
+    /// per-request latencies.
+    vllm: Option<VllmSide>,
+}
+
+#[derive(Debug, Clone)]
+struct VllmSide {
+    model: String,
+    date: String,
+    label: Option<String>,
+    had_latencies: bool,
+}
+
+/// The fields of a vLLM result file a comparison reads; the rest is ignored (vLLM's own
+/// files carry more, and older ones fewer: `latencies` is recent).
+#[derive(Debug, Deserialize)]
+struct VllmDetailed {
+    #[serde(default)]
+    date: String,
+    #[serde(default)]
+    model_id: String,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    request_throughput: f64,
+    #[serde(default)]
+    output_throughput: f64,
+    ttfts: Vec<f64>,
+    itls: Vec<Vec<f64>>,
+    output_lens: Vec<u64>,
+    #[serde(default)]
+    errors: Vec<String>,
+    #[serde(default)]
+    latencies: Option<Vec<f64>>,
+}
+
+impl CompareSide {
+    /// A run directory, or (a file) a vLLM result JSON.
+    pub fn open(path: &std::path::Path) -> Result<Self, ReportError> {
+        if path.is_dir() {
+            Self::from_run(&RunDir::open(path)?)
+        } else {
+            Self::from_vllm(path)
+        }
+    }
+
+    /// A Quetta run.
+    pub fn from_run(run: &RunDir) -> Result<Self, ReportError> {
+        let s = run.read_summary()?;
+        let recs = run.read_records()?.records;
+        Ok(Self {
+            path: run.path().display().to_string(),
+            values: PER_REQUEST.map(|m| values(&recs, m)),
+            request_throughput: s.metrics.request_throughput,
+            output_token_throughput: s.metrics.output_token_throughput,
+            summary: Some(Box::new(s)),
+            vllm: None,
+        })
+    }
+
+    /// A `vllm bench serve --save-result --save-detailed` file: per request its TTFT, its
+    /// inter-token gaps, its output length and its error (empty: completed), and (recent
+    /// vLLM) its latency; times in seconds. TPOT is (E2E − TTFT) ÷ (output tokens − 1),
+    /// Quetta's definition and vLLM's; without `latencies`, E2E is TTFT + the sum of gaps.
+    pub fn from_vllm(path: &std::path::Path) -> Result<Self, ReportError> {
+        let v: VllmDetailed = crate::dir::read_json(path)?;
+        let n = v.ttfts.len();
+        let where_ = path.display();
+        if v.itls.len() != n || v.output_lens.len() != n {
+            return Err(ReportError::Invalid(format!(
+                "{where_}: ttfts, itls and output_lens must have one entry per request ({n}, {}, {}): save it with --save-detailed",
+                v.itls.len(),
+                v.output_lens.len()
+            )));
+        }
+        if let Some(l) = v.latencies.as_ref().filter(|l| l.len() != n) {
+            return Err(ReportError::Invalid(format!(
+                "{where_}: latencies has {} entries for {n} requests",
+                l.len()
+            )));
+        }
+        let mut values: [Vec<f64>; 4] = Default::default();
+        for i in 0..n {
+            if v.errors.get(i).is_some_and(|e| !e.is_empty()) {
+                continue;
+            }
+            let ttft = v.ttfts[i] * 1e3;
+            let gaps = &v.itls[i];
+            let e2e = v
+                .latencies
+                .as_ref()
+                .map_or_else(|| ttft + gaps.iter().sum::<f64>() * 1e3, |l| l[i] * 1e3);
+            values[0].push(ttft);
+            if v.output_lens[i] > 1 {
+                values[1].push((e2e - ttft) / (v.output_lens[i] - 1) as f64);
+            }
+            if !gaps.is_empty() {
+                values[2].push(gaps.iter().sum::<f64>() * 1e3 / gaps.len() as f64);
+            }
+            values[3].push(e2e);
+        }
+        Ok(Self {
+            path: path.display().to_string(),
+            summary: None,
+            values,
+            request_throughput: v.request_throughput,
+            output_token_throughput: v.output_throughput,
+            vllm: Some(VllmSide {
+                model: v.model_id,
+                date: v.date,
+                label: v.label,
+                had_latencies: v.latencies.is_some(),
+            }),
+        })
+    }
+
+    /// Where the comparison's `compare.json` goes: into a run directory, or beside a vLLM
+    /// file as `FILE.compare.json`.
+    pub fn report_path(&self) -> std::path::PathBuf {
+        let p = std::path::Path::new(&self.path);
+        match self.summary {
+            Some(_) => p.join(crate::files::COMPARE),
+            None => std::path::PathBuf::from(format!("{}.compare.json", self.path)),
+        }
+    }
+
+    fn model(&self) -> &str {
+        match (&self.summary, &self.vllm) {
+            (Some(s), _) => &s.target.model,
+            (None, Some(v)) => &v.model,
+            (None, None) => "",
+        }
+    }
+
+    /// The start time as RFC 3339 (vLLM's date is the client's local time).
+    fn started_at(&self) -> String {
+        match (&self.summary, &self.vllm) {
+            (Some(s), _) => s.started_at.clone(),
+            (None, Some(v)) => {
+                let d = &v.date;
+                match (
+                    d.get(0..4),
+                    d.get(4..6),
+                    d.get(6..8),
+                    d.get(9..11),
+                    d.get(11..13),
+                    d.get(13..15),
+                ) {
+                    (Some(y), Some(mo), Some(dd), Some(h), Some(mi), Some(s)) => {
+                        format!("{y}-{mo}-{dd}T{h}:{mi}:{s}Z")
+                    }
+                    _ => d.clone(),
+                }
+            }
+            (None, None) => String::new(),
+        }
+    }
+
+    fn header(&self) -> String {
+        let mut h = format!("{}, {}", self.model(), self.started_at());
+        let label = match (&self.summary, &self.vllm) {
+            (Some(s), _) => s.config.label.clone(),
+            (None, Some(v)) => v.label.clone(),
+            (None, None) => None,
+        };
+        if let Some(l) = label {
+            let _ = write!(h, ", label {l}");
+        }
+        if let Some(s) = &self.summary {
+            for (k, v) in &s.config.metadata {
+                let _ = write!(h, ", {k}={v}");
+            }
+        } else {
+            h.push_str(", vLLM result file");
+        }
+        h
+    }
+}
+
+/// Where vLLM's definitions differ from Quetta's, for a comparison with a vLLM side.
+fn vllm_notes(sides: [&CompareSide; 2]) -> Vec<String> {
+    let mut notes = Vec::new();
+    if sides.iter().all(|s| s.vllm.is_none()) {
+        return notes;
+    }
+    let which = |s: &CompareSide| s.vllm.is_some();
+    let named = match (which(sides[0]), which(sides[1])) {
+        (true, true) => "both sides are vLLM result files",
+        (true, false) => "the baseline is a vLLM result file",
+        _ => "the candidate is a vLLM result file",
+    };
+    notes.push(format!(
+        "{named}: its settings, machine and engine are not in the file, so they are not compared"
+    ));
+    notes.push("where vllm bench serve wrote the file (not Quetta's --save-result): vLLM's TTFT and E2E count from before its HTTP call (connection setup and its event loop included) and are stamped after a chunk is read and decoded; Quetta's count from the request's first byte written and are stamped when the bytes arrived: expect vLLM's to be higher by its client's overhead, not the server's".into());
+    notes.push("itl_request_mean_ms is each request's mean gap on both sides; vLLM's own mean_itl_ms pools every gap (Quetta's itl_ms) and its TPOT counts output tokens by its own tokenizer, Quetta's from the server's usage".into());
+    if sides.iter().any(|s| s.vllm.as_ref().is_some_and(|v| !v.had_latencies)) {
+        notes.push("a vLLM file without per-request latencies: its E2E is TTFT + the sum of its inter-token gaps".into());
+    }
+    notes
 }
 
 /// Settings that make two runs comparable (everything but where and when they ran).
@@ -175,26 +397,29 @@ fn config_diff(a: &RunSettings, b: &RunSettings) -> Vec<String> {
 }
 
 /// What differs between the runs besides the settings: machines, engines, models, age.
-fn context_notes(bs: &Summary, cs: &Summary, opts: &CompareOptions) -> (Vec<String>, bool) {
-    let mut notes = Vec::new();
-    if let (Some(a), Some(b)) = (&bs.client.host, &cs.client.host) {
-        if a != b {
-            notes.push(format!(
-                "measured from different machines: {} ({}) vs {} ({})",
-                a.hostname, a.cpu_model, b.hostname, b.cpu_model
-            ));
+fn context_notes(b: &CompareSide, c: &CompareSide, opts: &CompareOptions) -> (Vec<String>, bool) {
+    let mut notes = vllm_notes([b, c]);
+    if let (Some(bs), Some(cs)) = (&b.summary, &c.summary) {
+        if let (Some(a), Some(b)) = (&bs.client.host, &cs.client.host) {
+            if a != b {
+                notes.push(format!(
+                    "measured from different machines: {} ({}) vs {} ({})",
+                    a.hostname, a.cpu_model, b.hostname, b.cpu_model
+                ));
+            }
+        }
+        if bs.target.backend != cs.target.backend {
+            notes
+                .push(format!("different engines: {} vs {}", bs.target.backend, cs.target.backend));
         }
     }
-    if bs.target.backend != cs.target.backend {
-        notes.push(format!("different engines: {} vs {}", bs.target.backend, cs.target.backend));
-    }
-    if bs.target.model != cs.target.model {
-        notes.push(format!("different models: {} vs {}", bs.target.model, cs.target.model));
+    if b.model() != c.model() {
+        notes.push(format!("different models: {} vs {}", b.model(), c.model()));
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let age = crate::unix_of(&bs.started_at).map(|t| now.saturating_sub(t));
+    let age = crate::unix_of(&b.started_at()).map(|t| now.saturating_sub(t));
     let stale = age.is_some_and(|x| x > opts.max_baseline_age.as_secs());
     if stale {
         notes.push(format!(
@@ -213,30 +438,40 @@ pub fn compare(
     candidate: &RunDir,
     opts: &CompareOptions,
 ) -> Result<CompareReport, ReportError> {
-    let (bs, cs) = (baseline.read_summary()?, candidate.read_summary()?);
-    let (br, cr) = (baseline.read_records()?.records, candidate.read_records()?.records);
-    let diff = config_diff(&bs.config, &cs.config);
+    compare_sides(&CompareSide::from_run(baseline)?, &CompareSide::from_run(candidate)?, opts)
+}
+
+/// [`compare`] of any two sides: Quetta runs or vLLM result files ([`CompareSide::open`]).
+pub fn compare_sides(
+    b: &CompareSide,
+    c: &CompareSide,
+    opts: &CompareOptions,
+) -> Result<CompareReport, ReportError> {
+    let diff = match (&b.summary, &c.summary) {
+        (Some(bs), Some(cs)) => config_diff(&bs.config, &cs.config),
+        _ => Vec::new(),
+    };
     if !diff.is_empty() && opts.strict {
         return Err(ReportError::Invalid(format!(
             "the runs' settings differ (strict): {}",
             diff.join("; ")
         )));
     }
-    let (mut notes, stale) = context_notes(&bs, &cs, opts);
+    let (mut notes, stale) = context_notes(b, c, opts);
     if !diff.is_empty() {
         notes.insert(0, format!("the runs' settings differ: {}", diff.join("; ")));
     }
     let mut metrics = Vec::new();
     let mut regressions = Vec::new();
-    for m in ["ttft_ms", "tpot_ms", "itl_request_mean_ms", "e2e_ms"] {
-        let (x, y) = (values(&br, m), values(&cr, m));
-        let (Some(mx), Some(my)) = (median(&x), median(&y)) else { continue };
+    for (i, m) in PER_REQUEST.iter().enumerate() {
+        let (x, y) = (&b.values[i], &c.values[i]);
+        let (Some(mx), Some(my)) = (median(x), median(y)) else { continue };
         if x.len() < 2 || y.len() < 2 {
             continue;
         }
         let rel = if mx > 0.0 { (my - mx) / mx } else { 0.0 };
-        let (lo, hi) = bootstrap_median_delta(&x, &y, opts.resamples, 42).unwrap_or((0.0, 0.0));
-        let p = mann_whitney(&x, &y);
+        let (lo, hi) = bootstrap_median_delta(x, y, opts.resamples, 42).unwrap_or((0.0, 0.0));
+        let p = mann_whitney(x, y);
         let significant = p < opts.alpha && (lo > 0.0 || hi < 0.0);
         let verdict = match (significant, rel > 0.0) {
             (true, true) => "slower (significant)",
@@ -247,7 +482,7 @@ pub fn compare(
             regressions.push(format!("{m} +{:.1}%", rel * 100.0));
         }
         metrics.push(MetricComparison {
-            metric: m.into(),
+            metric: (*m).into(),
             baseline_median: Some(mx),
             candidate_median: Some(my),
             baseline: None,
@@ -261,12 +496,8 @@ pub fn compare(
         });
     }
     for (k, x, y) in [
-        ("request_throughput", bs.metrics.request_throughput, cs.metrics.request_throughput),
-        (
-            "output_token_throughput",
-            bs.metrics.output_token_throughput,
-            cs.metrics.output_token_throughput,
-        ),
+        ("request_throughput", b.request_throughput, c.request_throughput),
+        ("output_token_throughput", b.output_token_throughput, c.output_token_throughput),
     ] {
         metrics.push(MetricComparison {
             metric: k.into(),
@@ -282,25 +513,15 @@ pub fn compare(
             n: None,
         });
     }
-    let header = |s: &Summary| {
-        let mut h = format!("{}, {}", s.target.model, s.started_at);
-        if let Some(l) = &s.config.label {
-            let _ = write!(h, ", label {l}");
-        }
-        for (k, v) in &s.config.metadata {
-            let _ = write!(h, ", {k}={v}");
-        }
-        h
-    };
     Ok(CompareReport {
-        baseline: baseline.path().display().to_string(),
-        candidate: candidate.path().display().to_string(),
+        baseline: b.path.clone(),
+        candidate: c.path.clone(),
         alpha: opts.alpha,
         metrics,
         regressions,
         baseline_stale: stale,
         notes,
         regression_threshold: opts.fail_on_regression,
-        headers: [header(&bs), header(&cs)],
+        headers: [b.header(), c.header()],
     })
 }

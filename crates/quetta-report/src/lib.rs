@@ -22,7 +22,9 @@ pub mod pdf;
 mod summary;
 mod sweep;
 
-pub use compare::{compare, CompareOptions, CompareReport, MetricComparison};
+pub use compare::{
+    compare, compare_sides, CompareOptions, CompareReport, CompareSide, MetricComparison,
+};
 pub use dir::{files, Records, ReportError, RunDir, RunManifest};
 pub use summary::{
     error_lines, metric_table, partial_label, render_summary, turn_table, verdict_line,

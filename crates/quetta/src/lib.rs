@@ -64,7 +64,8 @@ pub use quetta_workload as workload;
 pub use quetta_loadgen::{History, Progress, RunControl, ThinkTime};
 pub use quetta_metrics::{SloSet, Stats};
 pub use quetta_report::{
-    compare, CompareOptions, CompareReport, RunDir, SloReport, Summary, SweepReport, SweepStep,
+    compare, compare_sides, CompareOptions, CompareReport, CompareSide, RunDir, SloReport, Summary,
+    SweepReport, SweepStep,
 };
 pub use quetta_sim::SimConfig;
 pub use quetta_workload::arrival::Arrival;
