@@ -6,6 +6,9 @@
 //! target/xtask/overhead.json). `--sim-nice N` runs the simulator under `nice -n N`, so that
 //! on a small machine the client is measured as if the server had a machine of its own.
 //!
+//! `cargo xtask compare-vllm [URL]` runs Quetta and (when installed) `vllm bench serve` in
+//! turn against the real llama.cpp server and tabulates both beside the server's own timing.
+//!
 //! `cargo xtask embed-check` builds and runs `examples/embed` as a program outside the
 //! workspace that depends on the `quetta` crate by path, as an embedder's would.
 
@@ -17,6 +20,8 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+mod vllm;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
@@ -27,8 +32,10 @@ fn main() -> Result<()> {
         ["bench", "overhead"] => overhead(0),
         ["bench", "overhead", "--sim-nice", n] => overhead(n.parse().context("--sim-nice N")?),
         ["embed-check"] => embed_check(),
+        ["compare-vllm"] => vllm::compare(None, &root()),
+        ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask embed-check");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL]");
             std::process::exit(2);
         }
     }

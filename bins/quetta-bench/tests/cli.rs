@@ -684,6 +684,18 @@ fn compare_takes_a_vllm_result_file_on_either_side() {
     assert!(o.status.success() && text(&o).contains("the candidate is a vLLM result file"));
     assert!(vdir.join("base.json.compare.json").is_file());
 
+    // a real vllm bench serve file (vLLM 0.33.0 against llama.cpp; fixtures/README.md)
+    let real = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/vllm/bench_serve_llama_cpp_c2.json");
+    let o = run(&["compare", real.to_str().unwrap(), cand.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("the baseline is a vLLM result file"), "{t}");
+    let c = json(&cand.join("compare.json"));
+    let tpot = c["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "tpot_ms").unwrap();
+    assert_eq!(tpot["n"][0], 8, "{c}");
+    let med = tpot["baseline_median"].as_f64().unwrap();
+    assert!((10.0..100.0).contains(&med), "llama.cpp's TPOT on this model: {c}");
+
     // an older vLLM's file: no latencies; request 2 failed
     let old = d.join("old.json");
     std::fs::write(&old, r#"{"date":"20261130-101500","model_id":"m","request_throughput":2.0,"output_throughput":8.0,
