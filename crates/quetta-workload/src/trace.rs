@@ -113,7 +113,8 @@ fn parse_timestamp(s: &str) -> Option<i128> {
     let (date, time) = s.trim().split_once([' ', 'T'])?;
     let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    // A real calendar date and time of day: anything else is refused, never wrapped.
+    if !(1..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
         return None;
     }
     let mut t = time.trim_end_matches('Z').split(':');
@@ -121,6 +122,10 @@ fn parse_timestamp(s: &str) -> Option<i128> {
     let sec = t.next()?;
     let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
     let ss = whole.parse::<i64>().ok()?;
+    // 60: a leap second
+    if !(0..24).contains(&hh) || !(0..60).contains(&mm) || !(0..=60).contains(&ss) {
+        return None;
+    }
     if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -362,7 +367,8 @@ fn cell_time(s: &str, unit: TimeUnit) -> Option<i128> {
             TimeUnit::Seconds => v * 1e9,
             TimeUnit::Milliseconds => v * 1e6,
         };
-        return Some(ns.round() as i128);
+        // beyond about 31,700 years a number is no trace's time (and would saturate)
+        return (ns < 1e21).then(|| ns.round() as i128);
     }
     parse_timestamp(s)
 }

@@ -155,6 +155,25 @@ fn malformed_traces_name_file_line_and_field() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("negative"), "{e}");
+    // Issue 18's reproducers: a year or an hour out of range is refused, never wrapped into
+    // a time (in release the year below was read as 57,887,840 s after the first row).
+    for bad in [
+        "99999999999999999-01-01 00:00:00",
+        "2023-11-16 1234567890123456:00:00",
+        "2023-11-16 24:00:00",
+        "2023-11-16 18:60:00",
+        "0000-01-01 00:00:00",
+    ] {
+        let text = format!(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,1\n{bad},1,1\n"
+        );
+        let e = parse_azure(&text, p).unwrap_err().to_string();
+        assert!(e.contains("a.csv:3: field TIMESTAMP"), "{bad}: {e}");
+    }
+    let e = parse_azure("TIMESTAMP,ContextTokens,GeneratedTokens\n1e300,1,1\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a.csv:2: field TIMESTAMP"), "{e}");
 }
 
 /// Every N from 1 to 32,768 (or `QUETTA_EXACT_MAX`) for GPT-2, Qwen3 and Mistral (or
