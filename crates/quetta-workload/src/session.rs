@@ -216,13 +216,9 @@ pub fn parse_sharegpt(
         let ms = |v: &Value, key: &str, field: String| -> Result<Option<Duration>, WorkloadError> {
             match v.get(key) {
                 None | Some(Value::Null) => Ok(None),
-                Some(x) => x
-                    .as_f64()
-                    .filter(|t| t.is_finite() && *t >= 0.0)
-                    .map(|t| Some(Duration::from_secs_f64(t / 1e3)))
-                    .ok_or_else(|| {
-                        err(path, line, &field, "not a non-negative number of milliseconds")
-                    }),
+                Some(x) => x.as_f64().and_then(ms_duration).map(Some).ok_or_else(|| {
+                    err(path, line, &field, "not a non-negative number of milliseconds")
+                }),
             }
         };
         let start = ms(rec, "start_ms", format!("[{i}].start_ms"))?;
@@ -337,14 +333,20 @@ pub fn parse_turns_jsonl(
             |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned),
         );
         let system = v.get("system").and_then(Value::as_str).map(str::to_owned);
-        let start = v
-            .get("start_ms")
-            .and_then(Value::as_f64)
-            .filter(|t| t.is_finite() && *t >= 0.0)
-            .map(|t| Duration::from_secs_f64(t / 1e3));
+        let start = match v.get("start_ms") {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(x.as_f64().and_then(ms_duration).ok_or_else(|| {
+                err(path, line, "start_ms", "not a non-negative number of milliseconds")
+            })?),
+        };
         out.push(Session { id, system, turns, start });
     }
     Ok(out)
+}
+
+/// A non-negative, finite number of milliseconds that fits a `Duration`, as one.
+fn ms_duration(t: f64) -> Option<Duration> {
+    (t.is_finite() && t >= 0.0).then(|| Duration::try_from_secs_f64(t / 1e3).ok()).flatten()
 }
 
 /// A distribution of one quantity in a session synthesis file.

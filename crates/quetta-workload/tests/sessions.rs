@@ -178,3 +178,29 @@ fn multiturn_profiles_load_their_bundled_files() {
         .unwrap()
         .is_none());
 }
+
+/// Issue 18's reproducers: a time too large for a `Duration` (it panicked in
+/// `Duration::from_secs_f64`) is refused with the file, line and field, as a negative one is;
+/// so is a turns-jsonl `start_ms` that is not a number (it was ignored).
+#[test]
+fn session_times_that_no_duration_holds_are_refused_not_a_panic() {
+    let p = Path::new("t.json");
+    for text in [
+        r#"[{"conversations":[],"start_ms":1e23}]"#,
+        r#"[{"conversations":[{"from":"human","value":"a","think_time_ms":1e300}]}]"#,
+    ] {
+        let e = parse_sharegpt(text, p, LoadOptions::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("t.json:") && e.contains("not a non-negative number of milliseconds"),
+            "{e}"
+        );
+    }
+    let p = Path::new("t.jsonl");
+    for text in [r#"{"turns":["a"],"start_ms":1e23}"#, r#"{"turns":["a"],"start_ms":"soon"}"#] {
+        let e = parse_turns_jsonl(text, p, LoadOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1: field start_ms"), "{e}");
+    }
+    let ok =
+        parse_turns_jsonl(r#"{"turns":["a"],"start_ms":1500}"#, p, LoadOptions::default()).unwrap();
+    assert_eq!(ok[0].start, Some(std::time::Duration::from_millis(1500)));
+}
