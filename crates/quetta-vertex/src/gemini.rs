@@ -113,7 +113,12 @@ fn finish_reason(r: &str) -> String {
 pub fn google_error(e: &Value, http_status: u16) -> EngineError {
     let status = e.get("status").and_then(Value::as_str).unwrap_or("");
     let msg = e.get("message").and_then(Value::as_str).unwrap_or("");
-    let code = e.get("code").and_then(Value::as_u64).map_or(http_status, |c| c as u16);
+    // A code that is no HTTP status (65965 would read as 429 when cut to 16 bits) is ignored.
+    let code = e
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .unwrap_or(http_status);
     let text = quetta_http::excerpt(&format!("{status}: {msg}"), 512);
     match (status, code) {
         ("UNAUTHENTICATED" | "PERMISSION_DENIED", _) | (_, 401 | 403) => EngineError::Auth(text),
@@ -202,5 +207,29 @@ impl EventDecoder for GeminiDecoder {
 
     fn finish_reason(&self) -> Option<String> {
         self.finish.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 18's reproducers: an error code above 65535 is no HTTP status (65965 cut to 16
+    /// bits reads as 429), and a usage sum that would overflow saturates instead of wrapping.
+    #[test]
+    fn out_of_range_codes_and_counts_are_not_wrapped() {
+        let e = serde_json::json!({"code": 65965, "message": "odd", "status": ""});
+        assert!(matches!(google_error(&e, 500), EngineError::HttpStatus { status: 500, .. }));
+        let e = serde_json::json!({"code": 429, "message": "slow down"});
+        assert!(matches!(google_error(&e, 200), EngineError::Throttled(_)));
+        let mut d = GeminiDecoder::new(false);
+        let mut got = Vec::new();
+        let v = serde_json::json!({"usageMetadata": {"candidatesTokenCount": u64::MAX, "thoughtsTokenCount": 1}});
+        d.chunk(&v, &mut |k| got.push(k)).unwrap();
+        let u = got.iter().find_map(|k| match k {
+            EventKind::Usage(u) => Some(*u),
+            _ => None,
+        });
+        assert_eq!(u.and_then(|u| u.completion_tokens), Some(u64::MAX));
     }
 }
