@@ -145,23 +145,26 @@ fn median(v: &mut [f64]) -> Option<f64> {
 
 /// Summarise kernels (sorted by start); `step_gap_ns` separates steps.
 pub fn summarise(k: &[Kernel], step_gap_ns: u64) -> Summary {
-    let mut fam: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
-    let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
-    let total: u64 = k.iter().map(|x| x.end_ns - x.start_ns).sum();
+    // Sums in u128: a file's nanosecond stamps may add up past u64 (a share of 4.6e18 came
+    // out of a wrapped total).
+    let dur = |x: &Kernel| u128::from(x.end_ns - x.start_ns);
+    let mut fam: BTreeMap<&'static str, (u64, u128)> = BTreeMap::new();
+    let mut by_name: BTreeMap<&str, u128> = BTreeMap::new();
+    let total: u128 = k.iter().map(dur).sum();
     for x in k {
         let e = fam.entry(family(&x.name)).or_default();
         e.0 += 1;
-        e.1 += x.end_ns - x.start_ns;
-        *by_name.entry(&x.name).or_default() += x.end_ns - x.start_ns;
+        e.1 += dur(x);
+        *by_name.entry(&x.name).or_default() += dur(x);
     }
     // Busy time and steps: merge overlapping intervals (several streams).
-    let (mut busy, mut steps) = (0u64, Vec::new());
+    let (mut busy, mut steps) = (0u128, Vec::new());
     let mut cur: Option<(u64, u64, u64)> = None; // start, end, kernels of the current step
     let mut seg_end = 0u64;
     let mut seg_start = 0u64;
     for x in k {
         match cur.as_mut() {
-            Some((_, end, n)) if x.start_ns <= *end + step_gap_ns => {
+            Some((_, end, n)) if x.start_ns <= end.saturating_add(step_gap_ns) => {
                 *end = (*end).max(x.end_ns);
                 *n += 1;
             }
@@ -173,14 +176,14 @@ pub fn summarise(k: &[Kernel], step_gap_ns: u64) -> Summary {
             }
         }
         if x.start_ns > seg_end {
-            busy += seg_end - seg_start;
+            busy += u128::from(seg_end - seg_start);
             seg_start = x.start_ns;
             seg_end = x.end_ns;
         } else {
             seg_end = seg_end.max(x.end_ns);
         }
     }
-    busy += seg_end - seg_start;
+    busy += u128::from(seg_end - seg_start);
     if let Some(s) = cur {
         steps.push(s);
     }
@@ -261,5 +264,20 @@ mod tests {
         let e = load(&p).unwrap_err().to_string();
         assert!(e.contains(":2: field end_ns"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 18's reproducer: stamps near u64::MAX neither overflow (debug) nor wrap into a
+    /// share of 4.6e18 (release); every share stays within 0..=1.
+    #[test]
+    fn huge_stamps_do_not_overflow_the_summary() {
+        let big = u64::MAX - 10;
+        let k = vec![
+            Kernel { name: "gemm_a".into(), start_ns: 0, end_ns: big, stream: 0 },
+            Kernel { name: "gemm_b".into(), start_ns: 1, end_ns: big, stream: 1 },
+            Kernel { name: "rms_norm".into(), start_ns: big, end_ns: big + 5, stream: 0 },
+        ];
+        let sum = summarise(&k, u64::MAX);
+        assert!(sum.families.iter().all(|f| (0.0..=1.0).contains(&f.share)), "{sum:?}");
+        assert!((sum.families.iter().map(|f| f.share).sum::<f64>() - 1.0).abs() < 1e-9);
     }
 }
