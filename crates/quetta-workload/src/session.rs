@@ -375,9 +375,26 @@ pub enum Draw {
     },
 }
 
+/// The largest value a synthesis draw may take, per field: what can be built and sent
+/// (parameters beyond it are refused; a draw from a distribution's tail is cut there).
+const MAX_TURNS: f64 = 10_000.0;
+const MAX_TOKENS: f64 = 1_048_576.0;
+/// One day.
+const MAX_THINK_MS: f64 = 86_400_000.0;
+
 impl Draw {
-    fn check(&self, field: &str) -> Result<(), String> {
+    fn check(&self, field: &str, limit: f64) -> Result<(), String> {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
+        let within = match *self {
+            Draw::Fixed { value } => value <= limit,
+            Draw::Uniform { max, .. } => max <= limit,
+            Draw::Normal { mean, .. }
+            | Draw::Lognormal { mean, .. }
+            | Draw::Exponential { mean } => mean <= limit,
+        };
+        if !within {
+            return Err(format!("above {limit}, more than a run can build"));
+        }
         let good = match *self {
             Draw::Fixed { value } => ok(value),
             Draw::Uniform { min, max } => ok(min) && ok(max) && min <= max,
@@ -391,6 +408,11 @@ impl Draw {
         } else {
             Err(format!("{field}: parameters must be finite, non-negative and ordered"))
         }
+    }
+
+    /// One draw, within 0..=`limit`.
+    fn sample_within(&self, rng: &mut impl Rng, limit: f64) -> f64 {
+        self.sample(rng).min(limit)
     }
 
     /// One draw (at least 0).
@@ -427,6 +449,11 @@ impl Draw {
 /// output_tokens = { dist = "normal", mean = 200, stddev = 40 }
 /// think_time_ms = { dist = "exponential", mean = 1500 }   # optional
 /// ```
+///
+/// What a run can build bounds each field: at most 10,000 turns, 1,048,576 tokens per prompt,
+/// answer or system prompt, and a day of think time. A file whose parameters (a fixed value,
+/// a uniform's `max`, a mean) exceed them is refused; a draw from a distribution's tail past
+/// them is cut to the bound.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionSynthSpec {
@@ -455,15 +482,19 @@ impl SessionSynthSpec {
         let line_of = |key: &str| {
             text.lines().position(|l| l.trim_start().starts_with(key)).map_or(1, |p| p + 1)
         };
-        for (name, d) in [
-            ("turns", Some(&spec.turns)),
-            ("new_prompt_tokens", Some(&spec.new_prompt_tokens)),
-            ("output_tokens", Some(&spec.output_tokens)),
-            ("think_time_ms", spec.think_time_ms.as_ref()),
+        for (name, d, limit) in [
+            ("turns", Some(&spec.turns), MAX_TURNS),
+            ("new_prompt_tokens", Some(&spec.new_prompt_tokens), MAX_TOKENS),
+            ("output_tokens", Some(&spec.output_tokens), MAX_TOKENS),
+            ("think_time_ms", spec.think_time_ms.as_ref(), MAX_THINK_MS),
         ] {
             if let Some(d) = d {
-                d.check(name).map_err(|r| err(path, line_of(name), name, r))?;
+                d.check(name, limit).map_err(|r| err(path, line_of(name), name, r))?;
             }
+        }
+        if f64::from(spec.system_prompt_tokens) > MAX_TOKENS {
+            let r = format!("above {MAX_TOKENS}, more than a run can build");
+            return Err(err(path, line_of("system_prompt_tokens"), "system_prompt_tokens", r));
         }
         Ok(spec)
     }
@@ -504,16 +535,18 @@ impl SessionSource for SessionSynth {
     fn session(&mut self, index: u64) -> Option<Session> {
         let seed = self.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let n_turns = (self.spec.turns.sample(&mut rng).round() as usize).max(1);
+        let n_turns = (self.spec.turns.sample_within(&mut rng, MAX_TURNS).round() as usize).max(1);
         let mut turns = Vec::with_capacity(n_turns);
         for k in 0..n_turns {
-            let n_in = (self.spec.new_prompt_tokens.sample(&mut rng).round() as u32).max(1);
-            let n_out = (self.spec.output_tokens.sample(&mut rng).round() as u32).max(1);
-            let think = self
-                .spec
-                .think_time_ms
-                .as_ref()
-                .map(|d| Duration::from_secs_f64(d.sample(&mut rng) / 1e3));
+            let tokens = |d: &Draw, rng: &mut ChaCha8Rng| {
+                (d.sample_within(rng, MAX_TOKENS).round() as u32).max(1)
+            };
+            let n_in = tokens(&self.spec.new_prompt_tokens, &mut rng);
+            let n_out = tokens(&self.spec.output_tokens, &mut rng);
+            let think =
+                self.spec.think_time_ms.as_ref().map(|d| {
+                    Duration::from_secs_f64(d.sample_within(&mut rng, MAX_THINK_MS) / 1e3)
+                });
             let text = self.text(n_in, rng.gen::<u64>() ^ k as u64);
             turns.push(Turn {
                 messages: vec![Message::text("user", text)],

@@ -204,3 +204,36 @@ fn session_times_that_no_duration_holds_are_refused_not_a_panic() {
         parse_turns_jsonl(r#"{"turns":["a"],"start_ms":1500}"#, p, LoadOptions::default()).unwrap();
     assert_eq!(ok[0].start, Some(std::time::Duration::from_millis(1500)));
 }
+
+/// Issue 18's reproducers: a synthesis that asks for more than can be built is refused with
+/// the file, line and field (`turns` of 1e30 overflowed a capacity, a think time of 1e300 ms
+/// panicked in `Duration`), and a distribution whose tail reaches past the bounds has its
+/// draws cut there instead of aborting the run.
+#[test]
+fn synthesis_sizes_beyond_what_can_be_built_are_refused_or_bounded() {
+    let rest = "new_prompt_tokens = { dist = \"fixed\", value = 10 }\noutput_tokens = { dist = \"fixed\", value = 10 }\n";
+    for (text, field, line) in [
+        (format!("turns = {{ dist = \"fixed\", value = 1e30 }}\n{rest}"), "turns", 1),
+        (format!("turns = {{ dist = \"fixed\", value = 2 }}\n{rest}think_time_ms = {{ dist = \"fixed\", value = 1e300 }}\n"), "think_time_ms", 4),
+        (format!("turns = {{ dist = \"fixed\", value = 2 }}\nsystem_prompt_tokens = 4000000000\n{rest}"), "system_prompt_tokens", 2),
+    ] {
+        match SessionSynthSpec::parse(&text, Path::new("s.toml")) {
+            Err(WorkloadError::Parse { line: l, field: f, .. }) => assert_eq!((l, f.as_str()), (line, field), "{text}"),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    let spec = SessionSynthSpec::parse(
+        &format!("turns = {{ dist = \"normal\", mean = 3, stddev = 1e300 }}\n{rest}think_time_ms = {{ dist = \"normal\", mean = 10, stddev = 1e300 }}\n"),
+        Path::new("s.toml"),
+    )
+    .unwrap();
+    let mut s = SessionSynth::new(spec, 1, None);
+    for i in 0..6 {
+        let x = s.session(i).unwrap();
+        assert!((1..=10_000).contains(&x.turns.len()));
+        assert!(x
+            .turns
+            .iter()
+            .all(|t| t.think_time.unwrap() <= std::time::Duration::from_secs(86_400)));
+    }
+}
