@@ -217,6 +217,11 @@ impl Transport {
 /// Turns a response body into events. One per request; `Send` so streams can move between
 /// worker threads. Every method is called with the arrival time already taken.
 pub trait BodyDecoder: Send {
+    /// The headers of a success answer, before any body byte: an `Err` fails the request
+    /// at once (a body this decoder cannot read, told by its content type).
+    fn on_headers(&mut self, _headers: &http::HeaderMap) -> Result<(), EngineError> {
+        Ok(())
+    }
     /// A body frame of a streamed response: push the events it completes, in order. An
     /// `Err` fails the request.
     fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError>;
@@ -520,6 +525,15 @@ impl ResponseStream {
             this.emit(w, EventKind::RequestWritten);
         }
         this.emit(at, EventKind::Headers { status, connection, headers });
+        let refused = if (200..300).contains(&status) && this.streaming {
+            this.body.on_headers(resp.headers()).err()
+        } else {
+            None
+        };
+        if let Some(e) = refused {
+            this.fail(at, e);
+            return;
+        }
         let body = resp.into_body();
         this.state =
             if (200..300).contains(&status) { State::Body(body) } else { State::ErrorBody(body) };

@@ -11,11 +11,23 @@ use bytes::BytesMut;
 use quetta_engine::{EngineError, EventKind};
 use quetta_http::BodyDecoder;
 
+/// The content type of an AWS event stream.
+pub const CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
+/// A frame's prelude: total length, headers length, CRC-32 of the eight bytes before.
+const PRELUDE: usize = 12;
+/// Bytes a frame carries beyond its payload: the prelude, the message CRC and room for
+/// the headers (`:event-type`, `:content-type`, `:message-type` take about 100).
+const FRAME_OVERHEAD: usize = 64 << 10;
+
 /// Decodes event-stream frames and feeds their payload parts to `inner`.
 pub struct EventStreamBody {
     frames: MessageFrameDecoder,
     buf: BytesMut,
     inner: Box<dyn BodyDecoder>,
+    /// The largest frame accepted (a payload part of at most the event cap, plus headers).
+    max_frame: usize,
+    /// Whether the prelude of the frame now in `buf` has been checked.
+    prelude_checked: bool,
     /// Payload parts seen.
     pub parts: u64,
 }
@@ -27,8 +39,45 @@ impl std::fmt::Debug for EventStreamBody {
 }
 
 impl EventStreamBody {
-    pub fn new(inner: Box<dyn BodyDecoder>) -> Self {
-        Self { frames: MessageFrameDecoder::new(), buf: BytesMut::new(), inner, parts: 0 }
+    /// Frames of at most `max_part_bytes` of payload (plus headers) are accepted.
+    pub fn new(inner: Box<dyn BodyDecoder>, max_part_bytes: usize) -> Self {
+        Self {
+            frames: MessageFrameDecoder::new(),
+            buf: BytesMut::new(),
+            inner,
+            max_frame: max_part_bytes.saturating_add(FRAME_OVERHEAD),
+            prelude_checked: false,
+            parts: 0,
+        }
+    }
+
+    /// Checks the prelude of the frame at the front of `buf` as soon as its 12 bytes are
+    /// there: its CRC, and a length no larger than the cap. A body that is not an event
+    /// stream (a JSON answer, an HTML page) fails here, at its first 12 bytes, instead of
+    /// being buffered whole as one frame of the length its first four bytes happen to spell.
+    fn check_prelude(&mut self) -> Result<(), EngineError> {
+        if self.prelude_checked || self.buf.len() < PRELUDE {
+            return Ok(());
+        }
+        let p = &self.buf[..PRELUDE];
+        let total = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+        let crc = u32::from_be_bytes([p[8], p[9], p[10], p[11]]);
+        if crc32fast::hash(&p[..8]) != crc {
+            return Err(EngineError::Protocol(format!(
+                "the body is not an AWS event stream (a frame's prelude checksum does not \
+                 match); it begins: {}",
+                quetta_http::excerpt(&String::from_utf8_lossy(&self.buf), 200)
+            )));
+        }
+        if usize::try_from(total).map_or(true, |t| t > self.max_frame || t < PRELUDE + 4) {
+            return Err(EngineError::Protocol(format!(
+                "an event-stream frame of {total} bytes (at most {} are accepted, at least 16 \
+                 make a frame)",
+                self.max_frame
+            )));
+        }
+        self.prelude_checked = true;
+        Ok(())
     }
 }
 
@@ -92,11 +141,31 @@ impl EventStreamBody {
 }
 
 impl BodyDecoder for EventStreamBody {
+    /// A streamed answer of another content type (a proxy's JSON error page with status
+    /// 200, a container that ignored the streaming call) fails at once, saying what it is.
+    fn on_headers(&mut self, headers: &http::HeaderMap) -> Result<(), EngineError> {
+        let ct =
+            headers.get(http::header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()));
+        match ct {
+            Some(ct) if !ct.trim().to_ascii_lowercase().starts_with(CONTENT_TYPE) => {
+                Err(EngineError::Protocol(format!(
+                    "the streamed answer has content type {ct:?}, not an AWS event stream \
+                     ({CONTENT_TYPE})"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
         self.buf.extend_from_slice(data);
         loop {
+            self.check_prelude()?;
             match self.frames.decode_frame(&mut self.buf) {
-                Ok(DecodedFrame::Complete(m)) => self.message(&m, out)?,
+                Ok(DecodedFrame::Complete(m)) => {
+                    self.prelude_checked = false;
+                    self.message(&m, out)?;
+                }
                 Ok(DecodedFrame::Incomplete) => return Ok(()),
                 Err(e) => {
                     return Err(EngineError::Protocol(format!("bad event-stream frame: {e}")))
@@ -163,7 +232,7 @@ mod tests {
         wire.extend(part(&sse[30..]));
         let inner =
             quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
-        let mut d = EventStreamBody::new(Box::new(inner));
+        let mut d = EventStreamBody::new(Box::new(inner), 1 << 20);
         let mut ev = Vec::new();
         for b in &wire {
             d.on_data(&[*b], &mut |k| ev.push(k)).unwrap();
@@ -179,10 +248,58 @@ mod tests {
         bad[n - 6] ^= 0x55; // a payload byte: the message CRC no longer matches
         let inner =
             quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
-        let mut d = EventStreamBody::new(Box::new(inner));
+        let mut d = EventStreamBody::new(Box::new(inner), 1 << 20);
         let e = d.on_data(&bad, &mut |_| {}).unwrap_err();
         assert_eq!(e.kind(), "protocol", "{e}");
         assert!(e.to_string().contains("bad event-stream frame"), "{e}");
+    }
+
+    fn openai_inner() -> Box<dyn BodyDecoder> {
+        Box::new(quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true)))
+    }
+
+    /// A body that is no event stream fails at its first 12 bytes, not after buffering
+    /// the gigabyte its first four bytes spell; a frame over the cap fails at its prelude;
+    /// a content type other than the event stream's fails at the headers.
+    #[test]
+    fn a_body_that_is_not_an_event_stream_fails_at_once() {
+        let mut d = EventStreamBody::new(openai_inner(), 1 << 20);
+        let e = d.on_data(br#"{"message":"Received server error (500) from primary"#, &mut |_| {});
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("not an AWS event stream") && e.contains("Received server"), "{e}");
+        assert!(d.buf.len() < 100);
+
+        // A true prelude of a 2 MiB frame, over a 1 MiB cap: refused before its payload.
+        let mut big = part(&vec![b'x'; 2 << 20]);
+        big.truncate(64);
+        let mut d = EventStreamBody::new(openai_inner(), 1 << 20);
+        let e = d.on_data(&big, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("frame of 2097") && e.contains("at most 1114112"), "{e}");
+
+        // The second frame's prelude is checked too, even split byte by byte.
+        let mut wire = part(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
+        wire.extend_from_slice(b"<html><body>502 Bad Gateway</body></html>");
+        let mut d = EventStreamBody::new(openai_inner(), 1 << 20);
+        let mut tokens = 0;
+        let mut err = None;
+        for b in &wire {
+            if let Err(e) = d.on_data(&[*b], &mut |k| tokens += usize::from(k.is_token())) {
+                err = Some(e.to_string());
+                break;
+            }
+        }
+        assert_eq!(tokens, 1);
+        assert!(
+            err.is_some_and(|e| e.contains("not an AWS event stream") && e.contains("<html><body"))
+        );
+
+        let mut h = http::HeaderMap::new();
+        h.insert("content-type", "application/json".parse().unwrap());
+        let e = d.on_headers(&h).unwrap_err().to_string();
+        assert!(e.contains("\"application/json\", not an AWS event stream"), "{e}");
+        h.insert("content-type", CONTENT_TYPE.parse().unwrap());
+        d.on_headers(&h).unwrap();
+        d.on_headers(&http::HeaderMap::new()).unwrap();
     }
 
     #[test]
@@ -197,7 +314,7 @@ mod tests {
         write_message_to(&m, &mut wire).unwrap();
         let inner =
             quetta_http::SseBody::new(1 << 20, quetta_openai::decode::ChunkDecoder::new(true));
-        let mut d = EventStreamBody::new(Box::new(inner));
+        let mut d = EventStreamBody::new(Box::new(inner), 1 << 20);
         let mut ev = Vec::new();
         let e = d.on_data(&wire, &mut |k| ev.push(k)).unwrap_err();
         assert_eq!(e.kind(), "stream_failure", "{e}");

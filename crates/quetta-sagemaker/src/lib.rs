@@ -328,20 +328,21 @@ impl SageMakerEngine {
     }
 
     fn decoder(&self, req: &EngineRequest) -> Box<dyn BodyDecoder> {
+        let max = self.cfg.max_event_bytes;
         let inner: Box<dyn BodyDecoder> = match &self.cfg.payload {
             Payload::OpenAi => Box::new(SseBody::new(
                 self.cfg.max_event_bytes,
                 ChunkDecoder::new(req.capture_text),
             )),
-            Payload::JumpStart => Box::new(JsonLines::new("/token/text", req.capture_text)),
+            Payload::JumpStart => Box::new(JsonLines::new("/token/text", req.capture_text, max)),
             Payload::Template { text_pointer, .. } => {
-                Box::new(JsonLines::new(text_pointer.clone(), req.capture_text))
+                Box::new(JsonLines::new(text_pointer.clone(), req.capture_text, max))
             }
         };
         let framing: Box<dyn BodyDecoder> = if req.stream {
-            Box::new(eventstream::EventStreamBody::new(inner))
+            Box::new(eventstream::EventStreamBody::new(inner, self.cfg.max_event_bytes))
         } else if matches!(self.cfg.payload, Payload::JumpStart) {
-            Box::new(JsonLines::new("/generated_text", req.capture_text))
+            Box::new(JsonLines::new("/generated_text", req.capture_text, max))
         } else {
             inner
         };

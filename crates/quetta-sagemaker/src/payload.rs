@@ -118,6 +118,10 @@ pub(crate) fn fill_template(t: &Value, req: &EngineRequest) -> Result<Value, Eng
 #[derive(Debug)]
 pub struct JsonLines {
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline (a long line is scanned once).
+    scanned: usize,
+    /// The longest line accepted.
+    max_line: usize,
     pointer: String,
     capture: bool,
     finish: Option<String>,
@@ -125,8 +129,28 @@ pub struct JsonLines {
 }
 
 impl JsonLines {
-    pub fn new(pointer: impl Into<String>, capture: bool) -> Self {
-        Self { buf: Vec::new(), pointer: pointer.into(), capture, finish: None, ended: false }
+    /// Lines of at most `max_line` bytes are accepted; a longer one fails the request.
+    pub fn new(pointer: impl Into<String>, capture: bool, max_line: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            scanned: 0,
+            max_line,
+            pointer: pointer.into(),
+            capture,
+            finish: None,
+            ended: false,
+        }
+    }
+
+    fn too_long(&self) -> EngineError {
+        EngineError::Protocol(format!(
+            "a JSON line in the stream is longer than {} bytes (the event cap); it begins: {}",
+            self.max_line,
+            quetta_http::excerpt(
+                &String::from_utf8_lossy(&self.buf[..self.buf.len().min(400)]),
+                200
+            )
+        ))
     }
 
     fn line(&mut self, line: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
@@ -178,19 +202,33 @@ fn text_len(v: &Value, pointer: &str) -> u32 {
 
 impl BodyDecoder for JsonLines {
     fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        // Each byte is searched for a newline once: only the new bytes are scanned.
+        let mut from = self.scanned;
         self.buf.extend_from_slice(data);
         let mut start = 0;
-        while let Some(i) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let line = self.buf[start..start + i].to_vec();
-            start += i + 1;
-            self.line(&line, out)?;
+        while let Some(i) = memchr::memchr(b'\n', &self.buf[from..]) {
+            let end = from + i;
+            if end - start > self.max_line {
+                return Err(self.too_long());
+            }
+            let line = std::mem::take(&mut self.buf);
+            let r = self.line(&line[start..end], out);
+            self.buf = line;
+            r?;
+            start = end + 1;
+            from = start;
         }
         self.buf.drain(..start);
+        self.scanned = self.buf.len();
+        if self.scanned > self.max_line {
+            return Err(self.too_long());
+        }
         Ok(())
     }
 
     fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
         let rest = std::mem::take(&mut self.buf);
+        self.scanned = 0;
         self.line(&rest, out)?;
         self.ended = true;
         Ok(())
@@ -232,7 +270,7 @@ mod tests {
     #[test]
     fn json_lines_are_rebuffered_across_parts_and_special_tokens_are_not_content() {
         let stream = b"data:{\"token\":{\"text\":\"Hel\",\"special\":false}}\n\ndata:{\"token\":{\"text\":\"lo\"}}\n{\"token\":{\"text\":\"</s>\",\"special\":true},\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":3}}";
-        let mut d = JsonLines::new("/token/text", true);
+        let mut d = JsonLines::new("/token/text", true, 1 << 20);
         let mut ev = Vec::new();
         for b in stream {
             d.on_data(&[*b], &mut |k| ev.push(k)).unwrap();
@@ -249,6 +287,52 @@ mod tests {
         assert_eq!(d.finish_reason().as_deref(), Some("length"));
         assert!(d.is_complete());
         assert!(ev.contains(&EventKind::Usage(Usage::tokens(None, Some(3)))));
+    }
+
+    /// A long line arriving in small parts decodes whole; one over the cap fails, whether
+    /// it is still arriving or ended by its newline.
+    #[test]
+    fn a_long_line_in_small_parts_decodes_and_one_over_the_cap_fails() {
+        let text = "x".repeat(100_000);
+        let line = format!("{{\"token\":{{\"text\":\"{text}\"}}}}\n");
+        let mut d = JsonLines::new("/token/text", true, 1 << 20);
+        let mut got = String::new();
+        for part in line.as_bytes().chunks(16) {
+            d.on_data(part, &mut |k| {
+                if let EventKind::Content(c) = k {
+                    got.push_str(c.text.as_deref().unwrap_or(""));
+                }
+            })
+            .unwrap();
+        }
+        assert_eq!(got, text);
+
+        let mut d = JsonLines::new("/token/text", true, 1000);
+        let mut err = None;
+        for part in line.as_bytes().chunks(16) {
+            if let Err(e) = d.on_data(part, &mut |_| {}) {
+                err = Some(e);
+                break;
+            }
+        }
+        let e = err.expect("a line over the cap fails").to_string();
+        assert!(e.contains("longer than 1000 bytes"), "{e}");
+
+        // The whole over-long line in one part, newline included.
+        let mut d = JsonLines::new("/token/text", true, 1000);
+        let e = d.on_data(line.as_bytes(), &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("longer than 1000 bytes"), "{e}");
+        // Lines of the cap and below pass, several in one part.
+        let mut d = JsonLines::new("/token/text", true, 1000);
+        let mut n = 0;
+        d.on_data(
+            b"{\"token\":{\"text\":\"a\"}}\n{\"token\":{\"text\":\"b\"}}\n{\"tok",
+            &mut |k| {
+                n += usize::from(matches!(k, EventKind::Content(_)));
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 2);
     }
 
     #[test]

@@ -191,3 +191,33 @@ async fn aws_error_types_map_to_typed_kinds() {
         assert!(err.to_string().contains(t) || kind == "http_5xx", "{err}");
     }
 }
+
+/// A server that answers the streaming call 200 with a JSON body that never ends (a
+/// proxy's page, a container that ignored the stream): the request fails at the headers,
+/// saying what came, rather than buffering the body until a timeout.
+#[tokio::test]
+async fn a_streamed_answer_that_is_not_an_event_stream_fails_at_the_headers() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let _ = s.read(&mut buf).await.unwrap();
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(b"10\r\n{\"message\":\"busy\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let mut c = SageMakerConfig::new("my-endpoint");
+    c.region = Some("us-west-2".into());
+    c.endpoint_url = Some(url);
+    c.credentials = CredentialSource::Static(static_credentials(AKID, SECRET, None));
+    let e = SageMakerEngine::new(c).await.unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), collect(&e, req(1, 4, true)))
+        .await
+        .expect("the request fails at once");
+    let err = error(&ev).expect("an error").to_string();
+    assert!(err.contains("\"application/json\", not an AWS event stream"), "{err}");
+    server.abort();
+}
