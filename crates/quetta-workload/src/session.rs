@@ -410,6 +410,17 @@ impl Draw {
         }
     }
 
+    /// The distribution's mean (before any cut at a bound).
+    pub fn mean(&self) -> f64 {
+        match *self {
+            Draw::Fixed { value } => value,
+            Draw::Uniform { min, max } => min.midpoint(max),
+            Draw::Normal { mean, .. }
+            | Draw::Lognormal { mean, .. }
+            | Draw::Exponential { mean } => mean,
+        }
+    }
+
     /// One draw, within 0..=`limit`.
     fn sample_within(&self, rng: &mut impl Rng, limit: f64) -> f64 {
         self.sample(rng).min(limit)
@@ -466,7 +477,45 @@ pub struct SessionSynthSpec {
     pub think_time_ms: Option<Draw>,
 }
 
+/// Context a session may grow to before most served models refuse it (128 Ki tokens).
+const WARN_CONTEXT_TOKENS: f64 = 131_072.0;
+/// Think time per session past which a run mostly waits (an hour).
+const WARN_THINK_MS: f64 = 3_600_000.0;
+
 impl SessionSynthSpec {
+    /// Warnings for sizes a run can build but a user hardly means: sessions whose context
+    /// (system prompt plus every turn's prompt and answer, at the means) grows past 128 Ki
+    /// tokens, which most served models refuse; sessions that spend over an hour thinking.
+    pub fn warnings(&self, path: &Path) -> Vec<String> {
+        let turns = self.turns.mean().max(1.0);
+        let per_turn = self.new_prompt_tokens.mean() + self.output_tokens.mean();
+        let context = f64::from(self.system_prompt_tokens) + turns * per_turn;
+        let mut w = Vec::new();
+        if context > WARN_CONTEXT_TOKENS {
+            w.push(format!(
+                "warning: {}: sessions grow to about {context:.0} tokens of context by their last \
+                 turn ({:.0} system + {turns:.0} turns x {per_turn:.0} tokens, at the means), more \
+                 than most served models accept (131072): the server will refuse the later turns",
+                path.display(),
+                self.system_prompt_tokens
+            ));
+        }
+        if let Some(t) = &self.think_time_ms {
+            let think = (turns - 1.0).max(0.0) * t.mean();
+            if think > WARN_THINK_MS {
+                w.push(format!(
+                    "warning: {}: a session thinks about {:.1} h between its turns (mean {:.0} ms \
+                     x {:.0} gaps): a run of a few sessions takes hours",
+                    path.display(),
+                    think / WARN_THINK_MS,
+                    t.mean(),
+                    turns - 1.0
+                ));
+            }
+        }
+        w
+    }
+
     /// Read and check a synthesis file; errors name the file, the line and the field.
     pub fn load(path: &Path) -> Result<Self, WorkloadError> {
         Self::parse(&read(path)?, path)

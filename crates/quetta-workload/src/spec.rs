@@ -633,6 +633,7 @@ impl WorkloadSpec {
                 SessionFormat::TurnsJsonl => load_turns_jsonl(path, opts)?,
                 SessionFormat::Synth => {
                     let spec = SessionSynthSpec::load(path)?;
+                    notes.extend(spec.warnings(path));
                     if tokenizer.is_none() {
                         notes.push("no --tokenizer: synthesised turn lengths are counted as words (an estimate)".into());
                     }

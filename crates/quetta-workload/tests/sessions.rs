@@ -237,3 +237,18 @@ fn synthesis_sizes_beyond_what_can_be_built_are_refused_or_bounded() {
             .all(|t| t.think_time.unwrap() <= std::time::Duration::from_secs(86_400)));
     }
 }
+
+/// Sizes a run can build but a user hardly means are warned about, naming the file: a
+/// context past 128 Ki tokens, sessions thinking for hours; an ordinary file gets none.
+#[test]
+fn absurd_but_buildable_synthesis_sizes_are_warned_about() {
+    let p = Path::new("s.toml");
+    let parse = |t: &str| SessionSynthSpec::parse(t, p).unwrap();
+    let big = parse("turns = { dist = \"fixed\", value = 5000 }\nnew_prompt_tokens = { dist = \"fixed\", value = 1000 }\noutput_tokens = { dist = \"uniform\", min = 0, max = 200 }\nthink_time_ms = { dist = \"exponential\", mean = 5000 }\n");
+    let w = big.warnings(p);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[0].starts_with("warning: s.toml: sessions grow to about 5500000 tokens"), "{w:?}");
+    assert!(w[1].contains("thinks about 6.9 h"), "{w:?}");
+    let fine = parse("turns = { dist = \"uniform\", min = 2, max = 8 }\nsystem_prompt_tokens = 500\nnew_prompt_tokens = { dist = \"normal\", mean = 300, stddev = 50 }\noutput_tokens = { dist = \"fixed\", value = 200 }\nthink_time_ms = { dist = \"fixed\", value = 2000 }\n");
+    assert!(fine.warnings(p).is_empty());
+}

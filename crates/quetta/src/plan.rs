@@ -189,7 +189,15 @@ impl fmt::Display for Plan {
         if let Some(s) = &self.sessions {
             writeln!(f, "pacing     {}", s.pacing)?;
             for (id, turns, new) in &s.first {
-                writeln!(f, "session    {id:<14} {turns} turns, new prompt tokens {new:?}")?;
+                // A long session shows its first and last turns, and how many between.
+                let shown = if new.len() > 12 {
+                    let head = &new[..8];
+                    let tail = &new[new.len() - 2..];
+                    format!("{head:?} ... {} more ... {tail:?}", new.len() - 10)
+                } else {
+                    format!("{new:?}")
+                };
+                writeln!(f, "session    {id:<14} {turns} turns, new prompt tokens {shown}")?;
             }
             writeln!(
                 f,
