@@ -184,12 +184,13 @@ impl TurnAgg {
             }
         }
         let input = r.input_tokens.unwrap_or(0);
-        self.input_tokens += input;
+        self.input_tokens = self.input_tokens.saturating_add(input);
         if let Some((n, src)) = r.cached() {
             let e = self.cached.entry(src).or_default();
-            e.0 += if input > 0 { n.min(input) } else { n };
+            e.0 = e.0.saturating_add(if input > 0 { n.min(input) } else { n });
             e.1 += 1;
-            *self.cached_input.entry(src).or_default() += input;
+            let c = self.cached_input.entry(src).or_default();
+            *c = c.saturating_add(input);
         }
     }
 
@@ -199,14 +200,15 @@ impl TurnAgg {
         self.e2e.merge(&o.e2e);
         self.completed += o.completed;
         self.failed += o.failed;
-        self.input_tokens += o.input_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
         for (k, v) in &o.cached {
             let e = self.cached.entry(*k).or_default();
-            e.0 += v.0;
+            e.0 = e.0.saturating_add(v.0);
             e.1 += v.1;
         }
         for (k, v) in &o.cached_input {
-            *self.cached_input.entry(*k).or_default() += v;
+            let c = self.cached_input.entry(*k).or_default();
+            *c = c.saturating_add(*v);
         }
     }
 
@@ -722,13 +724,18 @@ impl Aggregate {
             self.server_tpot.1 += s;
             self.server_tpot.2 += t - s;
         }
+        // Token counts are the server's (usage) or read from a file: they add saturating, so
+        // an absurd count shows as the largest number rather than wrapping to a small one.
         if let (TokenSource::Usage, Some(n)) = (r.input_token_source, r.input_tokens) {
-            self.prompt_delta_sum += n as i64 - i64::from(r.planned_input_tokens);
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            self.prompt_delta_sum = self
+                .prompt_delta_sum
+                .saturating_add(n.saturating_sub(i64::from(r.planned_input_tokens)));
             self.prompt_delta_count += 1;
         }
-        self.input_tokens += r.input_tokens.unwrap_or(0);
-        self.output_tokens += r.output_tokens.unwrap_or(0);
-        self.cached_tokens += r.cached_tokens.unwrap_or(0);
+        self.input_tokens = self.input_tokens.saturating_add(r.input_tokens.unwrap_or(0));
+        self.output_tokens = self.output_tokens.saturating_add(r.output_tokens.unwrap_or(0));
+        self.cached_tokens = self.cached_tokens.saturating_add(r.cached_tokens.unwrap_or(0));
         *self.input_sources.entry(r.input_token_source).or_default() += 1;
         *self.output_sources.entry(r.output_token_source).or_default() += 1;
     }
@@ -768,9 +775,9 @@ impl Aggregate {
         for m in o.error_messages.values() {
             self.count_message(&m.kind, &m.message, m.count);
         }
-        self.input_tokens += o.input_tokens;
-        self.output_tokens += o.output_tokens;
-        self.cached_tokens += o.cached_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(o.cached_tokens);
         for (k, v) in &o.input_sources {
             *self.input_sources.entry(*k).or_default() += v;
         }
@@ -791,7 +798,7 @@ impl Aggregate {
             *a += b;
         }
         self.slo_met_all += o.slo_met_all;
-        self.prompt_delta_sum += o.prompt_delta_sum;
+        self.prompt_delta_sum = self.prompt_delta_sum.saturating_add(o.prompt_delta_sum);
         self.prompt_delta_count += o.prompt_delta_count;
         self.stale_connection_retries += o.stale_connection_retries;
         self.cycle_sum_ms += o.cycle_sum_ms;
@@ -902,7 +909,7 @@ impl Aggregate {
             request_throughput: per_s(self.completed as f64),
             input_token_throughput: per_s(self.input_tokens as f64),
             output_token_throughput: per_s(self.output_tokens as f64),
-            total_token_throughput: per_s((self.input_tokens + self.output_tokens) as f64),
+            total_token_throughput: per_s(self.input_tokens as f64 + self.output_tokens as f64),
             total_input_tokens: self.input_tokens,
             total_output_tokens: self.output_tokens,
             total_cached_tokens: self.cached_tokens,

@@ -213,7 +213,32 @@ fn is_one(v: &u32) -> bool {
     *v == 1
 }
 
+/// The longest a run's offsets may reach, either side of the measured phase's start (31
+/// days): what a record read back from a file may hold. A larger offset (a corrupt file)
+/// would ask the time series for more seconds than memory holds.
+pub const MAX_OFFSET_MS: f64 = 31.0 * 86_400_000.0;
+
 impl RequestRecord {
+    /// Whether every offset is a finite time within [`MAX_OFFSET_MS`] of the start; else
+    /// the first field that is not, and why.
+    pub fn check_offsets(&self) -> Result<(), (&'static str, String)> {
+        for (field, v) in [
+            ("intended_offset_ms", Some(self.intended_offset_ms)),
+            ("started_offset_ms", Some(self.started_offset_ms)),
+            ("sent_offset_ms", self.sent_offset_ms),
+            ("first_token_offset_ms", self.first_token_offset_ms),
+            ("end_offset_ms", Some(self.end_offset_ms)),
+        ] {
+            if let Some(v) = v.filter(|v| v.is_nan() || v.abs() > MAX_OFFSET_MS) {
+                return Err((
+                    field,
+                    format!("{v:e} ms is not a time within 31 days of the run's start"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Derive the record of one request. This is the definition of every per-request metric.
     pub fn from_observation(o: Observation) -> Self {
         let ok = o.error.is_none();

@@ -69,7 +69,8 @@ impl SeriesBuilder {
         *bump(&mut self.ended, e) += 1;
         if r.ok() {
             *bump(&mut self.completed, e) += 1;
-            *bump(&mut self.tokens, e) += r.output_tokens.unwrap_or(0);
+            let t = bump(&mut self.tokens, e);
+            *t = t.saturating_add(r.output_tokens.unwrap_or(0));
         }
         if let (Some(t), Some(f)) = (r.ttft_ms, r.first_token_offset_ms) {
             *bump(&mut self.ttft_sum, sec(f)) += t;

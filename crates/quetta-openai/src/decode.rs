@@ -315,6 +315,29 @@ impl quetta_http::EventDecoder for ChunkDecoder {
     }
 }
 
+/// For the fuzz targets and tests: decode `data` as one SSE event both through the scanner
+/// and through serde alone, and panic if the scanner answers where serde would answer
+/// differently (other events, another finish reason, or an error).
+#[doc(hidden)]
+pub fn check_scanner_against_serde(data: &[u8]) {
+    if fast::scan(data).is_none() {
+        return;
+    }
+    let run = |serde_only: bool| {
+        let mut d = ChunkDecoder::new(true);
+        let mut v = Vec::new();
+        let r = if serde_only {
+            d.decode_serde(data, &mut |e| v.push(e))
+        } else {
+            d.on_event(b"", data, &mut |e| v.push(e))
+        };
+        (r, v, d.finish_reason)
+    };
+    let (fast, serde) = (run(false), run(true));
+    assert_eq!(fast, serde, "scanner and serde differ on {:?}", String::from_utf8_lossy(data));
+    assert!(serde.0.is_ok(), "the scanner took what serde refuses: {:?}", serde.0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

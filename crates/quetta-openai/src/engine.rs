@@ -342,7 +342,12 @@ pub async fn list_models(
             retry_after: None,
         });
     }
-    let v: Value = serde_json::from_slice(&r.body)
+    parse_models(&r.body)
+}
+
+/// The model ids of a `/v1/models` answer (`{"data": [{"id": …}, …]}`).
+pub fn parse_models(body: &[u8]) -> Result<Vec<String>, EngineError> {
+    let v: Value = serde_json::from_slice(body)
         .map_err(|e| EngineError::Protocol(format!("bad /v1/models JSON: {e}")))?;
     Ok(v["data"]
         .as_array()

@@ -13,6 +13,8 @@ mod engine;
 mod fast;
 mod litellm;
 
-pub use engine::{join_url, list_models, request_body, Api, ApiKey, OpenAiConfig, OpenAiEngine};
+pub use engine::{
+    join_url, list_models, parse_models, request_body, Api, ApiKey, OpenAiConfig, OpenAiEngine,
+};
 pub use litellm::{LiteLlmConfig, LiteLlmEngine};
 pub use quetta_http::BuildError;

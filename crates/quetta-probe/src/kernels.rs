@@ -54,9 +54,16 @@ fn split_csv(line: &str) -> Vec<String> {
 
 /// Read a kernels CSV (a header line first).
 pub fn load(path: &Path) -> Result<Vec<Kernel>, KernelsError> {
+    let text = std::fs::read_to_string(path).map_err(|e| KernelsError::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    parse(&text, path)
+}
+
+/// Parse a kernels CSV (a header line first; `path` names it in errors).
+pub fn parse(text: &str, path: &Path) -> Result<Vec<Kernel>, KernelsError> {
     let p = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| KernelsError::Io { path: p.clone(), reason: e.to_string() })?;
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate().skip(1) {
         if l.trim().is_empty() {
@@ -79,7 +86,9 @@ pub fn load(path: &Path) -> Result<Vec<Kernel>, KernelsError> {
         if end_ns < start_ns {
             return Err(bad("end_ns", "before start_ns"));
         }
-        out.push(Kernel { name: f[0].clone(), start_ns, end_ns, stream: num(9, "stream")? as u32 });
+        let stream = u32::try_from(num(9, "stream")?)
+            .map_err(|_| bad("stream", "above 4294967295 (a CUDA stream id is 32 bits)"))?;
+        out.push(Kernel { name: f[0].clone(), start_ns, end_ns, stream });
     }
     out.sort_by_key(|k| k.start_ns);
     Ok(out)

@@ -4,7 +4,6 @@
 //! wrote), opens, and rebuilds the summary of a run that was killed.
 
 use std::fs;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use quetta_metrics::series::{Second, SeriesBuilder};
@@ -251,29 +250,8 @@ impl RunDir {
     /// Read `requests.jsonl` back.
     pub fn read_records(&self) -> Result<Records, ReportError> {
         let p = self.file(files::REQUESTS);
-        let f = fs::File::open(&p).map_err(rerr(&p))?;
-        let lines: Vec<Vec<u8>> =
-            std::io::BufReader::new(f).split(b'\n').collect::<Result<_, _>>().map_err(rerr(&p))?;
-        let last = lines.len();
-        let mut out = Records { records: Vec::with_capacity(last), torn_last_line: false };
-        for (i, line) in lines.iter().enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match serde_json::from_slice::<RequestRecord>(line) {
-                Ok(r) => out.records.push(r),
-                // The file does not end with '\n' after this line: a write cut short.
-                Err(_) if i + 1 == last => out.torn_last_line = true,
-                Err(e) => {
-                    return Err(ReportError::Parse {
-                        path: p.display().to_string(),
-                        line: i + 1,
-                        reason: format!("not a request record: {e}"),
-                    })
-                }
-            }
-        }
-        Ok(out)
+        let data = fs::read(&p).map_err(rerr(&p))?;
+        parse_records(&data, &p)
     }
 
     pub fn write_summary(&self, s: &Summary) -> Result<(), ReportError> {
@@ -408,4 +386,43 @@ fn remove_own(path: &Path) -> Result<(), ReportError> {
         }
     }
     Ok(())
+}
+
+/// Parse the lines of a `requests.jsonl` (`path` names it in errors). A last line that is
+/// not a record is a write cut short (`torn_last_line`); any other is refused.
+pub fn parse_records(data: &[u8], path: &Path) -> Result<Records, ReportError> {
+    let mut lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    // A file ending in '\n' leaves an empty piece after it, not a line.
+    if data.ends_with(b"\n") || data.is_empty() {
+        lines.pop();
+    }
+    let last = lines.len();
+    let mut out = Records { records: Vec::with_capacity(last), torn_last_line: false };
+    for (i, line) in lines.iter().enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<RequestRecord>(line) {
+            Ok(r) => {
+                if let Err((field, why)) = r.check_offsets() {
+                    return Err(ReportError::Parse {
+                        path: path.display().to_string(),
+                        line: i + 1,
+                        reason: format!("field {field}: {why}"),
+                    });
+                }
+                out.records.push(r);
+            }
+            // The last line: a write cut short.
+            Err(_) if i + 1 == last => out.torn_last_line = true,
+            Err(e) => {
+                return Err(ReportError::Parse {
+                    path: path.display().to_string(),
+                    line: i + 1,
+                    reason: format!("not a request record: {e}"),
+                })
+            }
+        }
+    }
+    Ok(out)
 }

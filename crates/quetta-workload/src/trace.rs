@@ -473,7 +473,15 @@ pub fn parse_csv(
 
 /// A JSONL trace read through `map` (field names).
 pub fn load_jsonl_trace(path: &Path, map: &ColumnMap) -> Result<Vec<TraceRequest>, WorkloadError> {
-    let text = read(path)?;
+    parse_jsonl_trace(&read(path)?, path, map)
+}
+
+/// Parse a JSONL trace read through `map` (`path` names it in errors).
+pub fn parse_jsonl_trace(
+    text: &str,
+    path: &Path,
+    map: &ColumnMap,
+) -> Result<Vec<TraceRequest>, WorkloadError> {
     let (mut out, mut first, mut last) = (Vec::new(), None, i128::MIN);
     for (i, l) in text.lines().enumerate() {
         if l.trim().is_empty() {
