@@ -9,6 +9,8 @@
 //! `cargo xtask compare-vllm [URL]` runs Quetta and (when installed) `vllm bench serve` in
 //! turn against the real llama.cpp server and tabulates both beside the server's own timing.
 //!
+//! `cargo xtask fuzz [--minutes N]` runs every fuzz target (see `fuzz.rs`).
+//!
 //! `cargo xtask embed-check` builds and runs `examples/embed` as a program outside the
 //! workspace that depends on the `quetta` crate by path, as an embedder's would.
 
@@ -20,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+mod fuzz;
 mod vllm;
 
 fn root() -> PathBuf {
@@ -32,10 +35,11 @@ fn main() -> Result<()> {
         ["bench", "overhead"] => overhead(0),
         ["bench", "overhead", "--sim-nice", n] => overhead(n.parse().context("--sim-nice N")?),
         ["embed-check"] => embed_check(),
+        ["fuzz", ..] => fuzz::main(&args[1..]),
         ["compare-vllm"] => vllm::compare(None, &root()),
         ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
             std::process::exit(2);
         }
     }
