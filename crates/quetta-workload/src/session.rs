@@ -217,7 +217,12 @@ pub fn parse_sharegpt(
             match v.get(key) {
                 None | Some(Value::Null) => Ok(None),
                 Some(x) => x.as_f64().and_then(ms_duration).map(Some).ok_or_else(|| {
-                    err(path, line, &field, "not a non-negative number of milliseconds")
+                    err(
+                        path,
+                        line,
+                        &field,
+                        "not a non-negative number of milliseconds a clock holds (at most 1.8e22)",
+                    )
                 }),
             }
         };
@@ -336,7 +341,12 @@ pub fn parse_turns_jsonl(
         let start = match v.get("start_ms") {
             None | Some(Value::Null) => None,
             Some(x) => Some(x.as_f64().and_then(ms_duration).ok_or_else(|| {
-                err(path, line, "start_ms", "not a non-negative number of milliseconds")
+                err(
+                    path,
+                    line,
+                    "start_ms",
+                    "not a non-negative number of milliseconds a clock holds (at most 1.8e22)",
+                )
             })?),
         };
         out.push(Session { id, system, turns, start });
@@ -381,6 +391,9 @@ const MAX_TURNS: f64 = 10_000.0;
 const MAX_TOKENS: f64 = 1_048_576.0;
 /// One day.
 const MAX_THINK_MS: f64 = 86_400_000.0;
+/// The new prompt tokens one session may hold in all its turns (2^24): what is built for a
+/// session before it runs (about 100 MB of text at the bound).
+const MAX_SESSION_TOKENS: f64 = 16_777_216.0;
 
 impl Draw {
     fn check(&self, field: &str, limit: f64) -> Result<(), String> {
@@ -462,9 +475,11 @@ impl Draw {
 /// ```
 ///
 /// What a run can build bounds each field: at most 10,000 turns, 1,048,576 tokens per prompt,
-/// answer or system prompt, and a day of think time. A file whose parameters (a fixed value,
-/// a uniform's `max`, a mean) exceed them is refused; a draw from a distribution's tail past
-/// them is cut to the bound.
+/// answer or system prompt, a day of think time, and 16,777,216 new prompt tokens in all of a
+/// session's turns. A file whose parameters (a fixed value, a uniform's `max`, a mean; turns
+/// times prompt tokens at the means) exceed them is refused; a draw from a distribution's
+/// tail past them is cut to the bound, and a session ends before the turn that would pass
+/// the session's.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionSynthSpec {
@@ -541,6 +556,15 @@ impl SessionSynthSpec {
                 d.check(name, limit).map_err(|r| err(path, line_of(name), name, r))?;
             }
         }
+        let per_session = spec.turns.mean().max(1.0) * spec.new_prompt_tokens.mean();
+        if per_session > MAX_SESSION_TOKENS {
+            let r = format!(
+                "sessions of {:.0} turns of {:.0} new prompt tokens (the means) hold {per_session:.0} tokens, more than a run builds ({MAX_SESSION_TOKENS} per session)",
+                spec.turns.mean().max(1.0),
+                spec.new_prompt_tokens.mean()
+            );
+            return Err(err(path, line_of("turns"), "turns", r));
+        }
         if f64::from(spec.system_prompt_tokens) > MAX_TOKENS {
             let r = format!("above {MAX_TOKENS}, more than a run can build");
             return Err(err(path, line_of("system_prompt_tokens"), "system_prompt_tokens", r));
@@ -586,11 +610,17 @@ impl SessionSource for SessionSynth {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let n_turns = (self.spec.turns.sample_within(&mut rng, MAX_TURNS).round() as usize).max(1);
         let mut turns = Vec::with_capacity(n_turns);
+        let mut built = 0u64;
         for k in 0..n_turns {
             let tokens = |d: &Draw, rng: &mut ChaCha8Rng| {
                 (d.sample_within(rng, MAX_TOKENS).round() as u32).max(1)
             };
             let n_in = tokens(&self.spec.new_prompt_tokens, &mut rng);
+            // Draws from the tails stop the session where its prompts would pass the bound.
+            built += u64::from(n_in);
+            if k > 0 && built as f64 > MAX_SESSION_TOKENS {
+                break;
+            }
             let n_out = tokens(&self.spec.output_tokens, &mut rng);
             let think =
                 self.spec.think_time_ms.as_ref().map(|d| {

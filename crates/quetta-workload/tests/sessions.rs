@@ -252,3 +252,26 @@ fn absurd_but_buildable_synthesis_sizes_are_warned_about() {
     let fine = parse("turns = { dist = \"uniform\", min = 2, max = 8 }\nsystem_prompt_tokens = 500\nnew_prompt_tokens = { dist = \"normal\", mean = 300, stddev = 50 }\noutput_tokens = { dist = \"fixed\", value = 200 }\nthink_time_ms = { dist = \"fixed\", value = 2000 }\n");
     assert!(fine.warnings(p).is_empty());
 }
+
+/// A session's prompts in all turns are bounded too (10,000 turns of a million tokens would
+/// build 10^10 words before the run): means past 2^24 are refused with the line and field;
+/// draws from long tails end the session before the turn that would pass it.
+#[test]
+fn a_session_holds_at_most_2_pow_24_new_prompt_tokens() {
+    let big = "turns = { dist = \"fixed\", value = 10000 }\nnew_prompt_tokens = { dist = \"fixed\", value = 1048576 }\noutput_tokens = { dist = \"fixed\", value = 1 }\n";
+    match SessionSynthSpec::parse(big, Path::new("s.toml")) {
+        Err(WorkloadError::Parse { line, field, reason, .. }) => {
+            assert_eq!((line, field.as_str()), (1, "turns"));
+            assert!(reason.contains("more than a run builds (16777216 per session)"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let tails = "turns = { dist = \"normal\", mean = 50, stddev = 1e300 }\nnew_prompt_tokens = { dist = \"normal\", mean = 1000, stddev = 1e300 }\noutput_tokens = { dist = \"fixed\", value = 1 }\n";
+    let spec = SessionSynthSpec::parse(tails, Path::new("s.toml")).unwrap();
+    let mut s = SessionSynth::new(spec, 3, None);
+    for i in 0..4 {
+        let x = s.session(i).unwrap();
+        let total: u64 = x.turns.iter().map(|t| u64::from(t.new_tokens)).sum();
+        assert!(!x.turns.is_empty() && total <= 1 << 24, "{total}");
+    }
+}
