@@ -28,6 +28,7 @@ const TARGETS: &[&str] = &[
     "prometheus",
     "kernels",
     "records",
+    "vllm_result",
 ];
 
 struct Opts {
@@ -319,6 +320,11 @@ pub fn seed(root: &Path) -> Result<usize> {
         let name = p.file_stem().unwrap_or_default().to_string_lossy().into_owned();
         put("records", &name, &std::fs::read(&p)?)?;
     }
+    put(
+        "vllm_result",
+        "llama-cpp-c2",
+        &std::fs::read(fx.join("vllm/bench_serve_llama_cpp_c2.json"))?,
+    )?;
     Ok(n)
 }
 

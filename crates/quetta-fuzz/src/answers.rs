@@ -17,8 +17,8 @@ const MAX_EVENT: usize = 4096;
 /// body had arrived, so only the kind is compared between splits).
 type End = Option<(String, String)>;
 
-fn ended(e: &quetta_engine::EngineError) -> End {
-    Some((e.kind().to_owned(), e.to_string()))
+fn ended(e: &quetta_engine::EngineError) -> (String, String) {
+    (e.kind().to_owned(), e.to_string())
 }
 
 /// Feed `frames` to a body decoder and end it; the events (as text) and how it ended.
@@ -26,13 +26,13 @@ fn run_body(d: &mut dyn BodyDecoder, frames: &[&[u8]]) -> (Vec<String>, End) {
     let mut out = Vec::new();
     for f in frames {
         if let Err(e) = d.on_data(f, &mut |k| out.push(format!("{k:?}"))) {
-            return (out, ended(&e));
+            return (out, Some(ended(&e)));
         }
         if d.is_done() {
             return (out, None);
         }
     }
-    let end = d.on_end(&mut |k| out.push(format!("{k:?}"))).err().and_then(|e| ended(&e));
+    let end = d.on_end(&mut |k| out.push(format!("{k:?}"))).err().map(|e| ended(&e));
     (out, end)
 }
 

@@ -123,3 +123,15 @@ pub fn records(data: &[u8]) {
         Err(e) => names_the_file(&e),
     }
 }
+
+/// A `vllm bench serve --save-detailed` result file, as `compare` reads a baseline, and a
+/// comparison of it with itself (few resamples, so an input runs in milliseconds).
+pub fn vllm_result(data: &[u8]) {
+    match quetta_report::CompareSide::parse_vllm(&text(data), path()) {
+        Ok(side) => {
+            let opts = quetta_report::CompareOptions { resamples: 20, ..Default::default() };
+            let _ = quetta_report::compare_sides(&side, &side, &opts);
+        }
+        Err(e) => names_the_file(&e),
+    }
+}

@@ -14,7 +14,7 @@ mod answers;
 mod files;
 
 pub use answers::{chunk, gemini, models, sagemaker, sse};
-pub use files::{datasets, kernels, prometheus, records, sessions, synth, traces};
+pub use files::{datasets, kernels, prometheus, records, sessions, synth, traces, vllm_result};
 
 /// A target: the name of its corpus directory (`fuzz/corpus/NAME`) and its body.
 pub type Target = (&'static str, fn(&[u8]));
@@ -33,6 +33,7 @@ pub const TARGETS: &[Target] = &[
     ("prometheus", prometheus),
     ("kernels", kernels),
     ("records", records),
+    ("vllm_result", vllm_result),
 ];
 
 /// The name every target's parsers are given for their input; errors must name it.

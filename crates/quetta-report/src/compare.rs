@@ -243,7 +243,18 @@ impl CompareSide {
     /// vLLM) its latency; times in seconds. TPOT is (E2E − TTFT) ÷ (output tokens − 1),
     /// Quetta's definition and vLLM's; without `latencies`, E2E is TTFT + the sum of gaps.
     pub fn from_vllm(path: &std::path::Path) -> Result<Self, ReportError> {
-        let v: VllmDetailed = crate::dir::read_json(path)?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ReportError::Read { path: path.display().to_string(), source: e })?;
+        Self::parse_vllm(&text, path)
+    }
+
+    /// [`CompareSide::from_vllm`] of the file's text (`path` names it in errors).
+    pub fn parse_vllm(text: &str, path: &std::path::Path) -> Result<Self, ReportError> {
+        let v: VllmDetailed = serde_json::from_str(text).map_err(|e| ReportError::Parse {
+            path: path.display().to_string(),
+            line: e.line(),
+            reason: e.to_string(),
+        })?;
         let n = v.ttfts.len();
         let where_ = path.display();
         if v.itls.len() != n || v.output_lens.len() != n {
