@@ -249,9 +249,17 @@ impl RunDir {
 
     /// Read `requests.jsonl` back.
     pub fn read_records(&self) -> Result<Records, ReportError> {
+        let mut records = Vec::new();
+        let torn_last_line = self.for_each_record(|r| records.push(r))?;
+        Ok(Records { records, torn_last_line })
+    }
+
+    /// Stream `requests.jsonl` through `each` ([`stream_records`]); returns whether its last
+    /// line was cut off mid-write.
+    pub fn for_each_record(&self, each: impl FnMut(RequestRecord)) -> Result<bool, ReportError> {
         let p = self.file(files::REQUESTS);
-        let data = fs::read(&p).map_err(rerr(&p))?;
-        parse_records(&data, &p)
+        let f = fs::File::open(&p).map_err(rerr(&p))?;
+        stream_records(std::io::BufReader::with_capacity(1 << 16, f), &p, each)
     }
 
     pub fn write_summary(&self, s: &Summary) -> Result<(), ReportError> {
@@ -294,19 +302,21 @@ impl RunDir {
             }
             None => None,
         };
-        let recs = self.read_records()?;
+        // One pass, one record in memory at a time: the histograms and the series hold
+        // the run, not the records.
         let mut agg = Aggregate::new(slos);
         let mut series = SeriesBuilder::default();
-        for r in &recs.records {
-            agg.add(r);
-            series.add(r);
-        }
-        let sent = recs.records.iter().filter(|r| r.sent_offset_ms.is_some()).count() as u64;
+        let (mut n, mut sent) = (0u64, 0u64);
+        let torn = self.for_each_record(|r| {
+            agg.add(&r);
+            series.add(&r);
+            n += 1;
+            sent += u64::from(r.sent_offset_ms.is_some());
+        })?;
         let mut notes = vec![format!(
-            "rebuilt from {} records in requests.jsonl: the run did not finish (no summary.json)",
-            recs.records.len()
+            "rebuilt from {n} records in requests.jsonl: the run did not finish (no summary.json)"
         )];
-        if recs.torn_last_line {
+        if torn {
             notes.push(
                 "the last line of requests.jsonl was cut off mid-write and was left out".into(),
             );
@@ -391,38 +401,44 @@ fn remove_own(path: &Path) -> Result<(), ReportError> {
 /// Parse the lines of a `requests.jsonl` (`path` names it in errors). A last line that is
 /// not a record is a write cut short (`torn_last_line`); any other is refused.
 pub fn parse_records(data: &[u8], path: &Path) -> Result<Records, ReportError> {
-    let mut lines: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
-    // A file ending in '\n' leaves an empty piece after it, not a line.
-    if data.ends_with(b"\n") || data.is_empty() {
-        lines.pop();
-    }
-    let last = lines.len();
-    let mut out = Records { records: Vec::with_capacity(last), torn_last_line: false };
-    for (i, line) in lines.iter().enumerate() {
+    let mut records = Vec::new();
+    let torn_last_line = stream_records(data, path, |r| records.push(r))?;
+    Ok(Records { records, torn_last_line })
+}
+
+/// Read the records of a `requests.jsonl` one line at a time, handing each to `each`: memory
+/// holds one line, whatever the number of records. Returns whether the last line was cut off
+/// mid-write (left out); any other line that is not a record is refused with its number, as
+/// is a record whose offsets no run can have ([`RequestRecord::check_offsets`]).
+pub fn stream_records(
+    reader: impl std::io::BufRead,
+    path: &Path,
+    mut each: impl FnMut(RequestRecord),
+) -> Result<bool, ReportError> {
+    let bad = |line: usize, reason: String| ReportError::Parse {
+        path: path.display().to_string(),
+        line,
+        reason,
+    };
+    // A line that is not a record is refused once another line follows it.
+    let mut pending: Option<(usize, serde_json::Error)> = None;
+    for (i, line) in reader.split(b'\n').enumerate() {
+        let line = line.map_err(rerr(path))?;
+        if let Some((n, e)) = pending.take() {
+            return Err(bad(n, format!("not a request record: {e}")));
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<RequestRecord>(line) {
+        match serde_json::from_slice::<RequestRecord>(&line) {
             Ok(r) => {
                 if let Err((field, why)) = r.check_offsets() {
-                    return Err(ReportError::Parse {
-                        path: path.display().to_string(),
-                        line: i + 1,
-                        reason: format!("field {field}: {why}"),
-                    });
+                    return Err(bad(i + 1, format!("field {field}: {why}")));
                 }
-                out.records.push(r);
+                each(r);
             }
-            // The last line: a write cut short.
-            Err(_) if i + 1 == last => out.torn_last_line = true,
-            Err(e) => {
-                return Err(ReportError::Parse {
-                    path: path.display().to_string(),
-                    line: i + 1,
-                    reason: format!("not a request record: {e}"),
-                })
-            }
+            Err(e) => pending = Some((i + 1, e)),
         }
     }
-    Ok(out)
+    Ok(pending.is_some())
 }

@@ -25,7 +25,7 @@ mod sweep;
 pub use compare::{
     compare, compare_sides, CompareOptions, CompareReport, CompareSide, MetricComparison,
 };
-pub use dir::{files, parse_records, Records, ReportError, RunDir, RunManifest};
+pub use dir::{files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest};
 pub use summary::{
     error_lines, metric_table, partial_label, render_summary, turn_table, verdict_line,
     ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, SimSettings, Summary, Target,

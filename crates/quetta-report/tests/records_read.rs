@@ -55,3 +55,34 @@ fn token_counts_at_u64_max_saturate_in_the_aggregate() {
     assert_eq!(s.total_output_tokens, u64::MAX);
     assert_eq!(s.total_input_tokens, u64::MAX);
 }
+
+/// The rebuild streams the records (one line in memory at a time): its summary's metrics
+/// are those of the aggregate over the records read whole, on a real run's file and on its
+/// torn copy (whose cut last line is left out and said).
+#[test]
+fn a_streamed_rebuild_equals_the_in_memory_aggregate() {
+    let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/records");
+    for (file, torn) in [("sim_faults.jsonl", false), ("torn.jsonl", true)] {
+        let dir =
+            std::env::temp_dir().join(format!("quetta-rebuild-{}-{file}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = std::fs::read(fx.join(file)).unwrap();
+        std::fs::write(dir.join("requests.jsonl"), &data).unwrap();
+        let run = quetta_report::RunDir::open(&dir).unwrap();
+        let s = run.rebuild().unwrap();
+        let recs = parse_records(&data, Path::new("r")).unwrap();
+        assert_eq!(recs.torn_last_line, torn);
+        assert!(!recs.records.is_empty());
+        let mut a = Aggregate::new(None);
+        for r in &recs.records {
+            a.add(r);
+        }
+        assert_eq!(
+            serde_json::to_value(&s.metrics).unwrap(),
+            serde_json::to_value(a.summary(&[])).unwrap()
+        );
+        assert_eq!(s.notes.iter().any(|n| n.contains("cut off mid-write")), torn, "{:?}", s.notes);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
