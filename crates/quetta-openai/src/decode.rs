@@ -315,6 +315,22 @@ impl quetta_http::EventDecoder for ChunkDecoder {
     }
 }
 
+/// One event decoded by a fresh decoder, through the scanner where it answers or (with
+/// `serde_only`) through serde alone: the result, the events and the finish reason.
+fn decode_one(
+    data: &[u8],
+    serde_only: bool,
+) -> (Result<(), EngineError>, Vec<EventKind>, Option<String>) {
+    let mut d = ChunkDecoder::new(true);
+    let mut v = Vec::new();
+    let r = if serde_only {
+        d.decode_serde(data, &mut |e| v.push(e))
+    } else {
+        d.on_event(b"", data, &mut |e| v.push(e))
+    };
+    (r, v, d.finish_reason)
+}
+
 /// For the fuzz targets and tests: decode `data` as one SSE event both through the scanner
 /// and through serde alone, and panic if the scanner answers where serde would answer
 /// differently (other events, another finish reason, or an error).
@@ -323,17 +339,7 @@ pub fn check_scanner_against_serde(data: &[u8]) {
     if fast::scan(data).is_none() {
         return;
     }
-    let run = |serde_only: bool| {
-        let mut d = ChunkDecoder::new(true);
-        let mut v = Vec::new();
-        let r = if serde_only {
-            d.decode_serde(data, &mut |e| v.push(e))
-        } else {
-            d.on_event(b"", data, &mut |e| v.push(e))
-        };
-        (r, v, d.finish_reason)
-    };
-    let (fast, serde) = (run(false), run(true));
+    let (fast, serde) = (decode_one(data, false), decode_one(data, true));
     assert_eq!(fast, serde, "scanner and serde differ on {:?}", String::from_utf8_lossy(data));
     assert!(serde.0.is_ok(), "the scanner took what serde refuses: {:?}", serde.0);
 }
@@ -508,27 +514,13 @@ mod tests {
             ])
         }
 
-        fn run(
-            data: &[u8],
-            serde_only: bool,
-        ) -> (Result<(), EngineError>, Vec<EventKind>, Option<String>) {
-            let mut d = ChunkDecoder::new(true);
-            let mut v = Vec::new();
-            let r = if serde_only {
-                d.decode_serde(data, &mut |e| v.push(e))
-            } else {
-                d.on_event(b"", data, &mut |e| v.push(e))
-            };
-            (r, v, d.finish_reason)
-        }
-
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(3000))]
             #[test]
             fn same_events(c in chunk()) {
                 let data = c.as_bytes();
-                let fast = run(data, false);
-                let serde = run(data, true);
+                let fast = decode_one(data, false);
+                let serde = decode_one(data, true);
                 prop_assert_eq!(&fast, &serde, "{}", c);
                 if fast::scan(data).is_some() {
                     prop_assert!(serde.0.is_ok(), "{}", c);
