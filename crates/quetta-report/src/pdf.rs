@@ -210,6 +210,9 @@ fn config_lines(p: &mut Page, r: &RunData) {
 }
 
 /// A run's results from `p` on (the summary first, the charts after).
+/// The least height a chart is drawn at (axes, ticks and a legend with room for a curve).
+const MIN_CHART_MM: f64 = 60.0;
+
 fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     p.line(heading, 14.0);
     let m = &r.summary.metrics;
@@ -233,10 +236,14 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     note_lines(&mut p, &r.summary.notes);
     let charts = run_charts(r);
     let y0 = p.y + 2.0;
-    for (i, c) in charts.iter().take(2).enumerate() {
-        p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, (H - y0 - 10.0).min(85.0));
+    // Two charts below the table where they fit readably (notes and errors can take the
+    // room); else every chart goes on the pages that follow.
+    let room = H - y0 - 10.0;
+    let here = if room >= MIN_CHART_MM { 2.min(charts.len()) } else { 0 };
+    for (i, c) in charts.iter().take(here).enumerate() {
+        p.chart(c, 14.0 + i as f64 * 136.0, y0, 130.0, room.min(85.0));
     }
-    chart_grid(d, &charts[2.min(charts.len())..]);
+    chart_grid(d, &charts[here..]);
 }
 
 /// The run's notes (warnings first), each wrapped to the page's width.
