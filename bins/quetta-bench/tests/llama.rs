@@ -7,9 +7,16 @@ mod common;
 
 use common::{json, run, text, tmpdir};
 
-fn server() -> Option<String> {
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests here share one llama.cpp server and run on parallel test threads: while the
+/// 200-request run held its slots, the timing test's requests queued and their TTFT counted
+/// the wait, which the server's prompt time does not. Each test holds the server alone.
+static SERVER: Mutex<()> = Mutex::new(());
+
+fn server() -> Option<(String, MutexGuard<'static, ()>)> {
     match std::env::var("QUETTA_LLAMA_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
+        Ok(u) if !u.is_empty() => Some((u, SERVER.lock().unwrap_or_else(|e| e.into_inner()))),
         _ => {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -28,7 +35,7 @@ fn server() -> Option<String> {
 /// one new connection per request.
 #[test]
 fn two_hundred_requests_at_concurrency_4_lose_none_to_connection_reuse() {
-    let Some(url) = server() else { return };
+    let Some((url, _alone)) = server() else { return };
     let d = tmpdir("llama-reuse");
     std::fs::create_dir_all(&d).unwrap();
     let prompts = d.join("prompt.txt");
@@ -66,7 +73,7 @@ fn two_hundred_requests_at_concurrency_4_lose_none_to_connection_reuse() {
 /// time and TPOT − its per-token time (docs/METRICS.md, Server-side timing).
 #[test]
 fn the_servers_own_timing_is_recorded_beside_the_clients() {
-    let Some(url) = server() else { return };
+    let Some((url, _alone)) = server() else { return };
     let d = tmpdir("llama-timing");
     let out = d.join("run");
     let o = run(&[
