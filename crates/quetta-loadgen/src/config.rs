@@ -11,6 +11,7 @@ use quetta_workload::arrival::{Arrival, Schedule};
 use quetta_workload::PlannedRequest;
 
 use crate::runner::{BeforeMeasured, RunError};
+use crate::shard::Shard;
 
 /// How load is applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +77,8 @@ pub struct RunConfig {
     pub stop_on_saturation: bool,
     /// Run after the warmup, before the measured phase starts.
     pub before_measured: Option<BeforeMeasured>,
+    /// The part of the plan this process runs ([`Shard`]; the whole plan by default).
+    pub shard: Shard,
 }
 
 impl RunConfig {
@@ -99,6 +102,7 @@ impl RunConfig {
             timeouts: Timeouts::default(),
             stop_on_saturation: false,
             before_measured: None,
+            shard: Shard::WHOLE,
         }
     }
 
@@ -128,6 +132,14 @@ impl RunConfig {
         if self.load.max_concurrency() == Some(0) {
             return bad("max concurrency must be at least 1");
         }
+        let split = match self.load {
+            Load::Closed { concurrency } => self.shard.check_split("concurrency", concurrency),
+            _ => match self.load.max_concurrency() {
+                Some(c) => self.shard.check_split("max concurrency", c),
+                None => Ok(()),
+            },
+        };
+        split.map_err(RunError::Config)?;
         // A replay brings its own count; other loads need a count or a duration.
         let scheduled = matches!(self.load, Load::Scheduled { .. });
         if !scheduled && self.num_requests.is_none() && self.duration.is_none() {
@@ -167,6 +179,28 @@ impl RunConfig {
             Load::Open { rate, arrival, .. } => {
                 Some(arrival_offsets(*arrival, *rate, self.seed, self.num_requests, self.duration)?)
             }
+        })
+    }
+
+    /// This shard's part of [`RunConfig::intended_offsets`]: the offsets of the measured
+    /// requests it owns (request `j` of the measured phase has the global index
+    /// `warmup + j`), in order; the whole schedule for an unsharded run.
+    pub fn shard_offsets(&self) -> Result<Option<Vec<Duration>>, RunError> {
+        Ok(self.intended_offsets()?.map(|v| {
+            if self.shard.is_whole() {
+                v
+            } else {
+                self.shard.pick(self.warmup, &v)
+            }
+        }))
+    }
+
+    /// The measured requests this shard is to send, where the plan says (`None`: a closed
+    /// loop bounded by duration alone, or sessions).
+    pub fn shard_planned(&self) -> Result<Option<u64>, RunError> {
+        Ok(match self.shard_offsets()? {
+            Some(v) => Some(v.len() as u64),
+            None => self.num_requests.map(|n| self.shard.share_of(self.warmup, n)),
         })
     }
 

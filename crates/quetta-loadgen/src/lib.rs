@@ -54,6 +54,7 @@ pub mod policy;
 mod recorder;
 mod runner;
 mod sessions;
+mod shard;
 mod timeouts;
 mod timer;
 pub mod usage;
@@ -65,5 +66,6 @@ pub use runner::{
     BeforeMeasured, HookFuture, Progress, RunControl, RunError, RunOutcome, Runner, Work,
 };
 pub use sessions::{History, Pacing, SessionConfig, SessionCounts, ThinkTime};
+pub use shard::Shard;
 pub use timeouts::WithTimeouts;
 pub use worker::{execute, observe, Tail};

@@ -510,7 +510,7 @@ async fn run_requests(
     observers: Vec<Arc<dyn Observer>>,
 ) -> Result<RunOutcome, RunError> {
     let cfg = &sh.cfg;
-    let offsets = cfg.intended_offsets()?;
+    let offsets = cfg.shard_offsets()?;
     *sh.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(workload);
     let mut warm = (0, 0);
     if cfg.warmup > 0 && !sh.control.stopped() {
@@ -527,10 +527,7 @@ async fn run_requests(
     }
     let (tx, rx) = mpsc::channel::<Observation>();
     let prog = &sh.control.progress;
-    let known = match (&cfg.load, &offsets) {
-        (Load::Closed { .. }, _) => cfg.num_requests,
-        (_, offsets) => offsets.as_ref().map(|v| v.len() as u64),
-    };
+    let known = cfg.shard_planned()?;
     // the counters from here on are the measured phase's (warmup requests have all ended)
     prog.completed.store(0, Ordering::Relaxed);
     prog.failed.store(0, Ordering::Relaxed);
@@ -544,7 +541,7 @@ async fn run_requests(
         (Load::Closed { concurrency }, _) => {
             closed_loop(sh, cfg.warmup, cfg.num_requests, deadline, *concurrency, m.run_start, tx)
                 .await;
-            cfg.num_requests
+            known
         }
         (load, offsets) => {
             let v = offsets.unwrap_or_default();
@@ -636,7 +633,8 @@ impl Measured {
     }
 }
 
-/// Closed loop over workload indices `first..first+count` (or until the deadline).
+/// Closed loop over workload indices `first..first+count` (or until the deadline): this
+/// shard's of them, at its share of `concurrency`.
 async fn closed_loop(
     sh: &Arc<Shared>,
     first: u64,
@@ -647,7 +645,9 @@ async fn closed_loop(
     tx: mpsc::Sender<Observation>,
 ) {
     let next = Arc::new(AtomicU64::new(0));
-    for _ in 0..concurrency {
+    let shard = sh.cfg.shard;
+    let count = count.map(|c| shard.share_of(first, c));
+    for _ in 0..shard.share_usize(concurrency).max(1) {
         let sh2 = sh.clone();
         let next = next.clone();
         let tx = tx.clone();
@@ -666,9 +666,10 @@ async fn closed_loop(
                 if count.is_some_and(|c| k >= c) {
                     break;
                 }
-                let Some(p) = sh.next_request(first + k) else { break };
+                let id = shard.nth_from(first, k);
+                let Some(p) = sh.next_request(id) else { break };
                 let input = p.input_tokens;
-                let req = sh.cfg.engine_request(first + k, p);
+                let req = sh.cfg.engine_request(id, p);
                 let now = Instant::now();
                 let prog = &sh.control.progress;
                 prog.dispatched.fetch_add(1, Ordering::Relaxed);
@@ -722,7 +723,8 @@ async fn open_loop(
     tx: mpsc::Sender<Observation>,
 ) {
     let handle = tokio::runtime::Handle::current();
-    let sem = max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
+    let shard = sh.cfg.shard;
+    let sem = max_concurrency.map(|n| Arc::new(Semaphore::new(shard.share_usize(n).max(1))));
     let sh2 = sh.clone();
     // The dispatcher itself counts as outstanding until it has released everything.
     sh.outstanding.fetch_add(1, Ordering::SeqCst);
@@ -739,8 +741,9 @@ async fn open_loop(
                 if sh_p.control.stopped() {
                     break;
                 }
-                let Some(p) = sh_p.next_request(first + k) else { break };
-                if ptx.send((first + k, p)).is_err() {
+                let id = shard.nth_from(first, k);
+                let Some(p) = sh_p.next_request(id) else { break };
+                if ptx.send((id, p)).is_err() {
                     break;
                 }
             }

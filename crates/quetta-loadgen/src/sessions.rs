@@ -243,6 +243,8 @@ impl Phase {
         if self.session_limit.is_some_and(|n| i >= n) {
             return None;
         }
+        // this shard's i-th session (the whole plan's i-th unsharded)
+        let i = self.sh.cfg.shard.global(i);
         let s = self.source.lock().unwrap_or_else(std::sync::PoisonError::into_inner).session(i)?;
         self.counts.started.fetch_add(1, Ordering::Relaxed);
         let system = s.system.as_ref().map_or(0, |t| t.split_whitespace().count() as u64);
@@ -294,7 +296,7 @@ impl Phase {
         }
         let k = l.k;
         let turn = &l.s.turns[k];
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.sh.cfg.shard.global(self.next_id.fetch_add(1, Ordering::Relaxed));
         let planned_input = l.history_tokens + u64::from(turn.new_tokens);
         let p = PlannedRequest {
             index: id,
@@ -483,7 +485,7 @@ pub(crate) async fn run(
     let source = Arc::new(Mutex::new(source));
     let next_session = Arc::new(AtomicU64::new(0));
     let next_id = Arc::new(AtomicU64::new(0));
-    let sem = sc.max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
+    let sem = sc.max_concurrency.map(|n| Arc::new(Semaphore::new(cfg.shard.share_usize(n).max(1))));
     let timer = Timer::start();
     let phase = |tx, session_limit, request_limit, deadline, run_start, counts| {
         Arc::new(Phase {
@@ -511,8 +513,10 @@ pub(crate) async fn run(
             Pacing::PerSession { sessions } | Pacing::Interleaved { sessions } => sessions,
             _ => cfg.warmup as usize,
         };
-        let ph = phase(tx, Some(cfg.warmup), None, None, Instant::now(), Arc::default());
-        per_session(&ph, n.min(cfg.warmup as usize).max(1)).await;
+        let shard = cfg.shard;
+        let ph =
+            phase(tx, Some(shard.share(cfg.warmup)), None, None, Instant::now(), Arc::default());
+        per_session(&ph, shard.share_usize(n.min(cfg.warmup as usize)).max(1)).await;
         drop(ph);
         warm = sh.finish_warmup(&rx).await;
     }
@@ -527,24 +531,26 @@ pub(crate) async fn run(
     // Without a session count, a finite source is played once (unless a duration is given).
     let count = sc.num_sessions.or(if cfg.duration.is_none() { finite } else { None });
     let counts = Arc::new(Counters::default());
+    // A shard starts its share of sessions `warmup..warmup + count` and of the turn limit.
+    let shard = cfg.shard;
     let ph = phase(
         tx,
-        count.map(|n| first + n),
-        cfg.num_requests,
+        count.map(|n| first + shard.share_of(cfg.warmup, n)),
+        cfg.num_requests.map(|n| shard.share(n)),
         deadline,
         m.run_start,
         counts.clone(),
     );
     match sc.pacing.clone() {
-        Pacing::PerSession { sessions } => per_session(&ph, sessions).await,
-        Pacing::Interleaved { sessions } => interleaved(&ph, sessions).await,
-        Pacing::Scheduled { offsets } => open(&ph, offsets.to_vec()).await,
+        Pacing::PerSession { sessions } => per_session(&ph, shard.share_usize(sessions)).await,
+        Pacing::Interleaved { sessions } => interleaved(&ph, shard.share_usize(sessions)).await,
+        Pacing::Scheduled { offsets } => open(&ph, shard.pick(cfg.warmup, &offsets)).await,
         Pacing::Open { rate, arrival } => {
             if count.is_none() && cfg.duration.is_none() {
                 return Err(RunError::Config("give a number of sessions or a duration".into()));
             }
             let offsets = arrival_offsets(arrival, rate, cfg.seed, count, cfg.duration)?;
-            open(&ph, offsets).await;
+            open(&ph, shard.pick(cfg.warmup, &offsets)).await;
         }
     }
     // Sessions still running belong to the drain; the phase's own handle goes now so that
@@ -581,6 +587,15 @@ fn validate(cfg: &RunConfig, sc: &SessionConfig) -> Result<(), RunError> {
     if sc.max_concurrency == Some(0) {
         return bad("max concurrency must be at least 1");
     }
+    let split = match &sc.pacing {
+        Pacing::PerSession { sessions } | Pacing::Interleaved { sessions } => {
+            cfg.shard.check_split("the number of concurrent sessions", *sessions)
+        }
+        _ => Ok(()),
+    };
+    split
+        .and(sc.max_concurrency.map_or(Ok(()), |c| cfg.shard.check_split("max concurrency", c)))
+        .map_err(RunError::Config)?;
     if sc.num_sessions == Some(0) || cfg.num_requests == Some(0) {
         return bad("the number of sessions and of requests must be at least 1");
     }

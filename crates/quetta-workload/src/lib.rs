@@ -76,7 +76,8 @@ pub struct PlannedRequest {
     pub max_tokens: u32,
 }
 
-/// A source of planned requests. `next` is called once per request, in order.
+/// A source of planned requests, asked for them by index: in order by one process, and a
+/// shard of a plan split across processes asks only for its own indices.
 pub trait Workload: Send {
     /// The request with this index, or `None` when the workload is exhausted.
     fn request(&mut self, index: u64) -> Option<PlannedRequest>;

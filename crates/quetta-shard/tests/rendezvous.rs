@@ -1,0 +1,144 @@
+//! The rendezvous over real sockets on 127.0.0.1: shards join, measure their clocks, start
+//! together and send shard 0 their records; a missing shard, a different plan and a shard
+//! that dies mid-run each end the way the crate docs say.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use quetta_shard::{Coordinator, CoordinatorConfig, Member, ShardEnd, ShardError};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("quetta-shard-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+async fn coordinator(n: u32, out: &std::path::Path, timeout: Duration) -> (Coordinator, String) {
+    let c = Coordinator::start(CoordinatorConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        count: n,
+        fingerprint: "plan-1".into(),
+        join_timeout: timeout,
+        out: out.to_path_buf(),
+    })
+    .await
+    .unwrap();
+    let addr = c.local_addr().to_string();
+    (c, addr)
+}
+
+#[test]
+fn three_shards_start_together_and_shard_0_gets_every_record() {
+    let out = tmp("three");
+    rt().block_on(async {
+        let (c, addr) = coordinator(3, &out, Duration::from_secs(20)).await;
+        let mut tasks = Vec::new();
+        for k in 0..3u32 {
+            let addr = addr.clone();
+            tasks.push(tokio::spawn(async move {
+                // the shards come in any order, shard 2 a little late
+                tokio::time::sleep(Duration::from_millis(u64::from(k == 2) * 300)).await;
+                let mut m = Member::join(&addr, k, 3, "plan-1", Duration::from_secs(20)).await?;
+                let clock = m.clock();
+                m.file("run.json", format!("{{\"shard\":{k}}}"))?;
+                let st = m.ready_and_start(Some(10)).await?;
+                let at = quetta_shard::unix_ns();
+                let rec = m.records();
+                for i in 0..10u32 {
+                    assert!(rec.send(format!("{{\"id\":{}}}", i * 3 + k)));
+                }
+                m.file("summary.json", "{}".into())?;
+                let got = m.done().await?;
+                Ok::<_, ShardError>((clock, st, at, got))
+            }));
+        }
+        let mut starts = Vec::new();
+        for t in tasks {
+            let (clock, st, at, got) = t.await.unwrap().unwrap();
+            assert_eq!(got, 10);
+            // one machine, one clock: the offset is the exchange's error
+            assert!(clock.offset_ns.abs() < 1_000_000, "{clock:?}");
+            assert!(st.skew_ns.abs() < 2_000_000, "{st:?}");
+            starts.push(at);
+        }
+        let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+        assert!(spread < 5_000_000, "the shards started {spread} ns apart");
+        let (start, reports) = c.finish(Duration::from_secs(5)).await;
+        assert!(start.is_some());
+        for r in &reports {
+            assert_eq!(r.end, ShardEnd::Finished, "{r:?}");
+            assert_eq!((r.records, r.planned), (10, Some(10)));
+            let lines = std::fs::read_to_string(r.dir.join("requests.jsonl")).unwrap();
+            assert_eq!(lines.lines().count(), 10);
+            assert!(r.dir.join("summary.json").is_file() && r.dir.join("run.json").is_file());
+        }
+    });
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_shard_that_never_comes_is_named() {
+    let out = tmp("missing");
+    rt().block_on(async {
+        let (c, addr) = coordinator(4, &out, Duration::from_millis(800)).await;
+        let a = tokio::spawn({
+            let addr = addr.clone();
+            async move { Member::join(&addr, 0, 4, "plan-1", Duration::from_secs(5)).await }
+        });
+        let b = Member::join(&addr, 2, 4, "plan-1", Duration::from_secs(5)).await.unwrap_err();
+        let e = b.to_string();
+        assert!(e.contains("shards 1, 3 of 4 never joined within 1 s"), "{e}");
+        assert!(a.await.unwrap().is_err());
+        assert_eq!(c.aborted().as_deref(), Some(e.as_str()));
+    });
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_shard_with_another_plan_is_refused() {
+    let out = tmp("plan");
+    rt().block_on(async {
+        let (_c, addr) = coordinator(2, &out, Duration::from_secs(5)).await;
+        let e = Member::join(&addr, 1, 2, "plan-2", Duration::from_secs(5)).await.unwrap_err();
+        assert!(e.to_string().contains("shard 1's plan differs from shard 0's"), "{e}");
+        let (_c, addr) = coordinator(2, &out, Duration::from_secs(5)).await;
+        let e = Member::join(&addr, 1, 3, "plan-1", Duration::from_secs(5)).await.unwrap_err();
+        assert!(e.to_string().contains("one of 3 shards, shard 0 as one of 2"), "{e}");
+    });
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_shard_that_dies_mid_run_keeps_what_it_sent() {
+    let out = tmp("dies");
+    rt().block_on(async {
+        let (c, addr) = coordinator(2, &out, Duration::from_secs(10)).await;
+        let a2 = addr.clone();
+        let survivor = tokio::spawn(async move {
+            let mut m = Member::join(&a2, 0, 2, "plan-1", Duration::from_secs(10)).await.unwrap();
+            m.ready_and_start(Some(3)).await.unwrap();
+            for i in 0..3 {
+                m.records().send(format!("{{\"id\":{i}}}"));
+            }
+            m.done().await.unwrap()
+        });
+        let mut m = Member::join(&addr, 1, 2, "plan-1", Duration::from_secs(10)).await.unwrap();
+        m.ready_and_start(Some(5)).await.unwrap();
+        m.records().send("{\"id\":1}".into());
+        m.records().send("{\"id\":3}".into());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(m); // the process dies: its connection closes without done
+        assert_eq!(survivor.await.unwrap(), 3);
+        let (_, reports) = c.finish(Duration::from_secs(5)).await;
+        assert_eq!(reports[0].end, ShardEnd::Finished);
+        assert!(matches!(reports[1].end, ShardEnd::Died { .. }), "{:?}", reports[1]);
+        assert_eq!((reports[1].records, reports[1].planned), (2, Some(5)));
+        let kept = std::fs::read_to_string(reports[1].dir.join("requests.jsonl")).unwrap();
+        assert_eq!(kept.lines().count(), 2);
+    });
+    let _ = std::fs::remove_dir_all(&out);
+}
