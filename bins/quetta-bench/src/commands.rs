@@ -244,7 +244,25 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let path = save_result(a, &RunDir::open(d)?)?;
         eprintln!("vLLM result {}", path.display());
     }
+    if let Some(lost) = lost_shards(&r.summary) {
+        eprintln!("error: {lost}");
+        return Ok(ExitCode::from(1));
+    }
     Ok(exit(verdict(&r.summary.metrics, a.min_success_rate)))
+}
+
+/// A merged run missing a shard's part is not the run that was asked for: which shards.
+fn lost_shards(s: &quetta::Summary) -> Option<String> {
+    let m = s.shards.as_ref()?;
+    let died: Vec<String> =
+        m.shards.iter().filter(|r| r.status == "died").map(|r| r.index.to_string()).collect();
+    let missing = m.count as usize - m.shards.len().min(m.count as usize);
+    (!died.is_empty() || missing > 0).then(|| {
+        format!(
+            "the run lost shards: {} died, {missing} missing; the results hold what the others measured",
+            if died.is_empty() { "none".into() } else { died.join(", ") }
+        )
+    })
 }
 
 /// Exit 1, saying why, when the run failed as a measurement (`MetricsSummary::failure`).
@@ -298,6 +316,9 @@ pub struct SweepArgs {
 /// The base benchmark of a sweep or search (no default directory per step: the command's).
 fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
     let mut b = a.to_benchmark()?;
+    if b.sharding.is_some() {
+        bail!("a {kind} is not sharded (--shard, --shards): shard the run of one step instead");
+    }
     b.output_dir = Some(a.output_dir.clone().unwrap_or_else(|| RunDir::default_path(kind)));
     Ok(b)
 }
@@ -450,6 +471,170 @@ pub fn compare(a: &CompareArgs) -> Result<ExitCode> {
     print!("{}", report.render());
     report.write(&cand)?;
     Ok(if report.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Flags of `quetta-bench k8s`; every `run` flag is passed on to each shard.
+#[derive(Debug, Args)]
+pub struct K8sArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// The container image with quetta-bench as its entrypoint (built from the Dockerfile);
+    /// `--image` stays the vision workload's image file.
+    #[arg(help_heading = "Kubernetes", long)]
+    container_image: String,
+    /// The Job's and headless Service's name; pod K is NAME-K.NAME.
+    #[arg(help_heading = "Kubernetes", long, default_value = "quetta")]
+    name: String,
+    #[arg(help_heading = "Kubernetes", long)]
+    namespace: Option<String>,
+    /// The rendezvous port on shard 0.
+    #[arg(help_heading = "Kubernetes", long, default_value_t = 7000)]
+    port: u16,
+    /// CPU each shard's pod requests.
+    #[arg(help_heading = "Kubernetes", long, default_value = "2")]
+    cpu: String,
+    /// Memory each shard's pod requests (and is limited to).
+    #[arg(help_heading = "Kubernetes", long, default_value = "2Gi")]
+    memory: String,
+    /// An existing PersistentVolumeClaim for the results (default: a new ReadWriteMany
+    /// claim NAME-results).
+    #[arg(help_heading = "Kubernetes", long)]
+    results_pvc: Option<String>,
+    /// The size of the new results claim.
+    #[arg(help_heading = "Kubernetes", long, default_value = "1Gi")]
+    results_size: String,
+    /// The new results claim's storage class (one that offers ReadWriteMany).
+    #[arg(help_heading = "Kubernetes", long)]
+    storage_class: Option<String>,
+    /// A Secret holding the API key: NAME or NAME:KEY (default key `api-key`); it reaches
+    /// the pods as OPENAI_API_KEY, never the manifest.
+    #[arg(help_heading = "Kubernetes", long)]
+    api_key_secret: Option<String>,
+}
+
+/// The flags of `k8s` that are the manifest's, not the shards' (with whether they take a
+/// value).
+const K8S_ONLY: [(&str, bool); 11] = [
+    ("--container-image", true),
+    ("--name", true),
+    ("--namespace", true),
+    ("--port", true),
+    ("--cpu", true),
+    ("--memory", true),
+    ("--results-pvc", true),
+    ("--results-size", true),
+    ("--storage-class", true),
+    ("--api-key-secret", true),
+    ("--shards", true),
+];
+
+/// The command line's `run` flags, for the shards: `k8s`'s own flags left out.
+fn shard_args(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = argv.iter().skip_while(|a| *a != "k8s").skip(1);
+    while let Some(a) = it.next() {
+        let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
+        match K8S_ONLY.iter().find(|(f, _)| *f == flag) {
+            Some((_, takes)) if *takes && !a.contains('=') => {
+                it.next();
+            }
+            Some(_) => {}
+            None => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
+    let n = a.run.shards.context("give --shards N: one pod per shard")?;
+    let argv: Vec<String> = std::env::args().collect();
+    let args = shard_args(&argv);
+    for (flag, why) in [
+        ("--shard", "each pod's shard is its JOB_COMPLETION_INDEX"),
+        ("--coordinator", "shard 0's pod is the coordinator"),
+        ("--output-dir", "the merged run goes to the results volume"),
+        ("--api-key", "a key in a manifest is a leaked key: use --api-key-secret"),
+    ] {
+        if args.iter().any(|x| x == flag || x.starts_with(&format!("{flag}="))) {
+            bail!("quetta-bench k8s sets no {flag}: {why}");
+        }
+    }
+    if a.run.base_url.is_none()
+        && a.run.managed.sagemaker_endpoint.is_none()
+        && a.run.managed.vertex_project.is_none()
+    {
+        bail!("give the server every shard loads (--base-url): without one, each pod would benchmark an embedded simulator of its own");
+    }
+    // the flags must make a run: check them as shard 0 would read them
+    let mut probe = RunArgs { shard_index: Some("0".into()), ..a.run.clone() };
+    probe.coordinator = Some(format!("{}-0.{}:{}", a.name, a.name, a.port));
+    probe.to_benchmark()?;
+    for (flag, c) in
+        [("--concurrency", a.run.concurrency), ("--max-concurrency", a.run.max_concurrency)]
+    {
+        if c.is_some_and(|c| (c as u64) < u64::from(n)) {
+            bail!(
+                "{flag} {} cannot be split across {n} shards: give at least one per shard",
+                c.unwrap_or(0)
+            );
+        }
+    }
+    for (flag, path) in [("--dataset", &a.run.dataset), ("--trace", &a.run.trace)] {
+        if let Some(p) = path {
+            eprintln!(
+                "note: {flag} {} must exist at that path inside the image (or a volume you add)",
+                p.display()
+            );
+        }
+    }
+    let api_key_secret = a.api_key_secret.as_ref().map(|s| match s.split_once(':') {
+        Some((n, k)) => (n.to_owned(), k.to_owned()),
+        None => (s.clone(), "api-key".to_owned()),
+    });
+    let m = quetta::k8s::Manifest {
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+        image: a.container_image.clone(),
+        shards: n,
+        port: a.port,
+        run_args: args,
+        cpu: a.cpu.clone(),
+        memory: a.memory.clone(),
+        results: match &a.results_pvc {
+            Some(c) => quetta::k8s::Results::Claim(c.clone()),
+            None => quetta::k8s::Results::NewClaim {
+                size: a.results_size.clone(),
+                storage_class: a.storage_class.clone(),
+            },
+        },
+        api_key_secret,
+    };
+    print!("{}", m.render()?);
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' run directories.
+    #[arg(required = true, num_args = 1..)]
+    dirs: Vec<PathBuf>,
+    /// Where the merged run goes.
+    #[arg(long)]
+    output_dir: PathBuf,
+    /// Write into an output directory that already holds a run.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+pub fn merge(a: &MergeArgs) -> Result<ExitCode> {
+    let opts = quetta::MergeOptions { overwrite: a.overwrite, ..Default::default() };
+    let s = quetta::merge(&a.dirs, &a.output_dir, &opts)?;
+    println!("{}", render_summary(&s, Some(&a.output_dir)));
+    if let Some(lost) = lost_shards(&s) {
+        eprintln!("error: {lost}");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Args)]

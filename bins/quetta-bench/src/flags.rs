@@ -491,6 +491,23 @@ pub struct RunArgs {
     /// POST to this path of the server after the warmup (e.g. /reset_prefix_cache).
     #[arg(help_heading = "Workload", long)]
     pub reset_prefix_cache: Option<String>,
+    /// Run shard K of N (K from 0): exactly this shard's part of the plan the same flags give
+    /// one process (requests round-robin by index, sessions by session).
+    #[arg(help_heading = "Sharding", long, conflicts_with = "shards")]
+    pub shard: Option<String>,
+    /// Run one of N shards, K from JOB_COMPLETION_INDEX (as a Kubernetes Indexed Job sets it).
+    #[arg(help_heading = "Sharding", long)]
+    pub shards: Option<u32>,
+    /// The shard index for --shards.
+    #[arg(help_heading = "Sharding", long, env = "JOB_COMPLETION_INDEX", hide = true)]
+    pub shard_index: Option<String>,
+    /// Shard 0's HOST:PORT: the shards meet there, start at one instant and send it their
+    /// records; shard 0 writes the merged run into its --output-dir.
+    #[arg(help_heading = "Sharding", long)]
+    pub coordinator: Option<String>,
+    /// How long shards wait for each other to join.
+    #[arg(help_heading = "Sharding", long, value_parser = duration_arg, default_value = "120s")]
+    pub rendezvous_timeout: Duration,
     /// Directory for the results (default quetta-results/run-TIMESTAMP).
     #[arg(help_heading = "Output", long)]
     pub output_dir: Option<PathBuf>,
@@ -939,6 +956,35 @@ impl RunArgs {
         b.reset_prefix_cache.clone_from(&self.reset_prefix_cache);
         b.seed = self.seed;
         b.threads = self.threads;
+        b.sharding = self.sharding()?;
         Ok(b)
+    }
+
+    /// `--shard K/N`, or `--shards N` with K from JOB_COMPLETION_INDEX; `--coordinator`.
+    fn sharding(&self) -> Result<Option<quetta::Sharding>> {
+        let shard = match (&self.shard, self.shards) {
+            (Some(s), _) => {
+                s.parse::<quetta::Shard>().map_err(|e| anyhow::anyhow!("--shard: {e}"))?
+            }
+            (None, Some(n)) => {
+                let k = self.shard_index.as_deref().context(
+                    "--shards N takes the shard from JOB_COMPLETION_INDEX, which is not set: give --shard K/N",
+                )?;
+                let k: u32 = k.trim().parse().map_err(|_| {
+                    anyhow::anyhow!("JOB_COMPLETION_INDEX {k:?} is not a shard index")
+                })?;
+                quetta::Shard::new(k, n).map_err(|e| anyhow::anyhow!("--shards: {e}"))?
+            }
+            (None, None) => {
+                if self.coordinator.is_some() {
+                    bail!("--coordinator is for sharded runs: give --shard K/N or --shards N");
+                }
+                return Ok(None);
+            }
+        };
+        let mut s = quetta::Sharding::alone(shard);
+        s.coordinator.clone_from(&self.coordinator);
+        s.timeout = self.rendezvous_timeout;
+        Ok(Some(s))
     }
 }

@@ -41,6 +41,18 @@ enum Command {
         after_help = "Example:\n  quetta-bench compare quetta-results/run-A quetta-results/run-B --fail-on-regression 5%"
     )]
     Compare(Box<commands::CompareArgs>),
+    /// Print the Kubernetes manifest of a sharded run: a headless Service, an Indexed Job of
+    /// --shards pods and the results volume.
+    #[command(
+        after_help = "Example:\n  quetta-bench k8s --shards 8 --container-image registry.example/quetta:0.1 --base-url http://vllm:8000 --request-rate 400 --duration 10m | kubectl apply -f -"
+    )]
+    K8s(Box<commands::K8sArgs>),
+    /// Merge the run directories of a sharded run's shards into one run directory, exactly
+    /// (the union of their records).
+    #[command(
+        after_help = "Example:\n  quetta-bench merge shard-0 shard-1 shard-2 --output-dir quetta-results/merged"
+    )]
+    Merge(commands::MergeArgs),
     /// Export a run's records as CSV or Parquet, or as the result JSON of vLLM's `bench serve`.
     #[command(after_help = "Example:\n  quetta-bench export quetta-results/run-A --format vllm")]
     Export(commands::ExportArgs),
@@ -118,6 +130,8 @@ fn main() -> ExitCode {
         Command::Slo(a) => commands::slo(*a),
         Command::Compare(a) => commands::compare(&a),
         Command::Export(a) => commands::export(&a),
+        Command::Merge(a) => commands::merge(&a),
+        Command::K8s(a) => commands::k8s(&a),
         Command::Correctness(a) => commands::correctness(&a),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -16,7 +16,9 @@ static SERVER: Mutex<()> = Mutex::new(());
 
 fn server() -> Option<(String, MutexGuard<'static, ()>)> {
     match std::env::var("QUETTA_LLAMA_URL") {
-        Ok(u) if !u.is_empty() => Some((u, SERVER.lock().unwrap_or_else(|e| e.into_inner()))),
+        Ok(u) if !u.is_empty() => {
+            Some((u, SERVER.lock().unwrap_or_else(std::sync::PoisonError::into_inner)))
+        }
         _ => {
             assert!(
                 std::env::var_os("CI").is_none(),

@@ -572,13 +572,15 @@ impl Measured {
         observers: Vec<Arc<dyn Observer>>,
         warm: (u64, u64),
     ) -> Self {
+        // the clock first: a sharded run has just met its common start
+        let (started_at, run_start) = (SystemTime::now(), Instant::now());
         let rec = recorder::spawn(rx, sink, observers, sh.cfg.slos.clone());
         sh.busy_ns.store(0, Ordering::SeqCst);
         sh.measured_from
             .store(sh.control.progress.dispatched.load(Ordering::SeqCst), Ordering::SeqCst);
         let saturation =
             sh.cfg.stop_on_saturation.then(|| crate::policy::watch(sh.control.clone()));
-        Self { rec, started_at: SystemTime::now(), run_start: Instant::now(), saturation, warm }
+        Self { rec, started_at, run_start, saturation, warm }
     }
 
     /// End the run: drain, join the recorder and the policies, put the outcome together.

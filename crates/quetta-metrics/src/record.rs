@@ -239,6 +239,18 @@ impl RequestRecord {
         Ok(())
     }
 
+    /// Move every offset `ms` later (a shard's records onto the clock of a merged run: its
+    /// start after the earliest shard's), kept to the microsecond as records are. Durations
+    /// do not change.
+    pub fn shift_offsets(&mut self, ms: f64) {
+        let by = |v: f64| ((v + ms) * 1e3).round() / 1e3;
+        self.intended_offset_ms = by(self.intended_offset_ms);
+        self.started_offset_ms = by(self.started_offset_ms);
+        self.sent_offset_ms = self.sent_offset_ms.map(by);
+        self.first_token_offset_ms = self.first_token_offset_ms.map(by);
+        self.end_offset_ms = by(self.end_offset_ms);
+    }
+
     /// Derive the record of one request. This is the definition of every per-request metric.
     pub fn from_observation(o: Observation) -> Self {
         let ok = o.error.is_none();

@@ -48,6 +48,9 @@ pub struct RunManifest {
     /// Extra percentiles asked for.
     #[serde(default)]
     pub percentiles: Vec<f64>,
+    /// A shard of a sharded run: which (its clock, once it has met shard 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::summary::ShardRun>,
 }
 
 impl RunManifest {
@@ -67,6 +70,7 @@ impl RunManifest {
             target,
             slo,
             percentiles,
+            shard: None,
         }
     }
 }
@@ -132,7 +136,7 @@ fn rerr(p: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
     move |source| ReportError::Read { path: p.display().to_string(), source }
 }
 
-fn werr(p: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+pub(crate) fn werr(p: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
     move |source| ReportError::Write { path: p.display().to_string(), source }
 }
 
@@ -324,6 +328,7 @@ impl RunDir {
         notes.push("client CPU and memory are unknown for a rebuilt run".into());
         let percentiles = m.as_ref().map(|m| m.percentiles.clone()).unwrap_or_default();
         let metrics = agg.summary(&percentiles);
+        let m_shard = m.as_ref().and_then(|m| m.shard.clone());
         let (config, target, started_at) = match m {
             Some(m) => (m.config, m.target, m.started_at),
             None => (RunSettings::default(), Target::unknown(), "1970-01-01T00:00:00Z".into()),
@@ -353,6 +358,8 @@ impl RunDir {
             server_metrics: None,
             steady_state: series.steadiness(&second),
             gpu: None,
+            shard: m_shard,
+            shards: None,
             aggregate: agg,
         };
         self.write_summary(&s)?;

@@ -17,6 +17,7 @@ mod compare;
 mod dir;
 pub mod export;
 pub mod html;
+mod merge;
 pub mod parquet;
 pub mod pdf;
 mod summary;
@@ -26,10 +27,11 @@ pub use compare::{
     compare, compare_sides, CompareOptions, CompareReport, CompareSide, MetricComparison,
 };
 pub use dir::{files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest};
+pub use merge::{merge, MergeOptions};
 pub use summary::{
     error_lines, metric_table, partial_label, render_summary, turn_table, verdict_line,
-    ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, SimSettings, Summary, Target,
-    SCHEMA_VERSION, SUMMARY_SCHEMA,
+    ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun,
+    ShardsSummary, SimSettings, Summary, Target, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 

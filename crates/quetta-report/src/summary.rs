@@ -172,8 +172,76 @@ pub struct Summary {
     /// `--gpu-telemetry`: power and energy of the server's GPUs over the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
+    /// A shard of a sharded run (`--shard K/N`): which, and its clock against shard 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardRun>,
+    /// A run merged from shards (`quetta-bench merge`, or shard 0 at the end of a sharded
+    /// run): every shard, its clock and start, and what it planned and measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardsSummary>,
     /// The mergeable aggregate (HdrHistograms), for combining runs from many machines.
     pub aggregate: Aggregate,
+}
+
+/// One shard's place in a sharded run (docs/METRICS.md, Sharded runs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardRun {
+    pub index: u32,
+    pub count: u32,
+    /// Shard 0's address, when the shards met there (`--coordinator`).
+    #[serde(default)]
+    pub coordinator: Option<String>,
+    /// Measured requests this shard's slice of the plan holds (null: bounded by duration).
+    #[serde(default)]
+    pub planned: Option<u64>,
+    /// Shard 0's wall clock minus this shard's, from the exchange with the shortest round
+    /// trip; its error is at most half of `clock_rtt_ms`.
+    #[serde(default)]
+    pub clock_offset_ms: Option<f64>,
+    #[serde(default)]
+    pub clock_rtt_ms: Option<f64>,
+    /// The common start every shard was given, on shard 0's wall clock (ns since the epoch).
+    #[serde(default)]
+    pub start_unix_ns: Option<i64>,
+    /// When this shard's measured phase started, on its own wall clock (ns since the epoch).
+    #[serde(default)]
+    pub started_unix_ns: Option<i64>,
+    /// This shard's start on shard 0's clock minus the common start.
+    #[serde(default)]
+    pub start_skew_ms: Option<f64>,
+}
+
+/// How each shard of a merged run went.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardsSummary {
+    pub count: u32,
+    /// The common start (shard 0's wall clock, ns since the epoch), when the shards met.
+    pub start_unix_ns: Option<i64>,
+    /// The largest start skew, absolute, in ms.
+    pub max_start_skew_ms: Option<f64>,
+    /// The largest clock offset to shard 0, absolute, in ms.
+    pub max_clock_offset_ms: Option<f64>,
+    pub shards: Vec<ShardResult>,
+}
+
+/// One shard of a merged run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardResult {
+    pub index: u32,
+    /// `finished`, `partial` (it wrote a summary marked partial), `died` (records but no
+    /// summary: they are kept) or `missing` (nothing from it).
+    pub status: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Measured requests its slice of the plan holds (null: unknown).
+    pub planned: Option<u64>,
+    pub completed: u64,
+    pub failed: u64,
+    pub clock_offset_ms: Option<f64>,
+    pub clock_rtt_ms: Option<f64>,
+    pub start_skew_ms: Option<f64>,
+    /// Its own CPU and memory (null: it wrote no summary).
+    pub client: Option<ClientStats>,
 }
 
 /// The run-level numbers read as the summary's own fields, as in `summary.json` (where they
@@ -466,6 +534,47 @@ fn client_line(sum: &Summary) -> String {
 }
 
 /// The terminal summary of a run.
+/// The shard lines: a shard's place and clock, or a merged run's shards.
+fn shard_lines(sum: &Summary) -> String {
+    let ms = |v: Option<f64>| v.map_or("unknown".into(), |v| format!("{v:.3} ms"));
+    let mut s = String::new();
+    if let Some(r) = &sum.shard {
+        let _ = write!(s, "shard      {}/{}", r.index, r.count);
+        if let Some(p) = r.planned {
+            let _ = write!(s, ", {p} requests of the plan");
+        }
+        match &r.coordinator {
+            Some(c) => {
+                let _ = writeln!(
+                    s,
+                    "; met shard 0 at {c}: clock offset {} (round trip {}), start skew {}",
+                    ms(r.clock_offset_ms),
+                    ms(r.clock_rtt_ms),
+                    ms(r.start_skew_ms)
+                );
+            }
+            None => s.push_str(
+                "; ran alone (no common start): merge the shards with quetta-bench merge\n",
+            ),
+        }
+    }
+    if let Some(m) = &sum.shards {
+        let by = |st: &str| m.shards.iter().filter(|r| r.status == st).count();
+        let _ = writeln!(
+            s,
+            "shards     {} of {} merged ({} finished, {} partial, {} died); start skew max {}, clock offset max {}",
+            m.shards.len(),
+            m.count,
+            by("finished"),
+            by("partial"),
+            by("died"),
+            ms(m.max_start_skew_ms),
+            ms(m.max_clock_offset_ms)
+        );
+    }
+    s
+}
+
 pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
     let m = &sum.metrics;
     let mut s = String::new();
@@ -598,6 +707,7 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
         let _ = writeln!(s, "{line} (see docs/METRICS.md, Connections)");
     }
     s.push_str(&client_line(sum));
+    s.push_str(&shard_lines(sum));
     for n in &sum.notes {
         let _ = writeln!(s, "note       {n}");
     }

@@ -179,12 +179,22 @@ impl Member {
         let local = at - self.clock.offset_ns;
         let wait = u64::try_from(local - unix_ns()).unwrap_or(0);
         let target = Instant::now() + Duration::from_nanos(wait);
-        if let Some(early) = target.checked_sub(Duration::from_millis(2)) {
+        // the runtime's timer (1 ms wheel) to 20 ms before, the OS's high-resolution sleep
+        // to 20 µs before, then a short spin: the runtime's timer alone wakes a millisecond
+        // or more late on a busy machine, and a long spin takes a core from whatever else
+        // must start at that instant (other shards on one machine, the recorder)
+        if let Some(early) = target.checked_sub(Duration::from_millis(20)) {
             tokio::time::sleep_until(early.into()).await;
         }
-        while Instant::now() < target {
-            std::hint::spin_loop();
-        }
+        tokio::task::block_in_place(|| {
+            let left = target.saturating_duration_since(Instant::now());
+            if let Some(d) = left.checked_sub(Duration::from_micros(20)) {
+                std::thread::sleep(d);
+            }
+            while Instant::now() < target {
+                std::hint::spin_loop();
+            }
+        });
         let skew_ns = unix_ns() + self.clock.offset_ns - at;
         self.tx.send(Up::Started { skew_ns }).map_err(|_| closed())?;
         Ok(Started { at_unix_ns: at, skew_ns })

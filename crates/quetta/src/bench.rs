@@ -150,6 +150,8 @@ pub struct Benchmark {
     pub metadata: BTreeMap<String, String>,
     /// Stop the run from outside (Ctrl-C) and read its progress.
     pub control: Arc<RunControl>,
+    /// Run one shard of a plan split across processes (`--shard K/N`).
+    pub sharding: Option<crate::shard::Sharding>,
 }
 
 /// What a benchmark produced: the typed summary (field names as in `summary.json`), the
@@ -215,6 +217,7 @@ impl Benchmark {
             label: None,
             metadata: BTreeMap::new(),
             control: RunControl::new(),
+            sharding: None,
         }
     }
 
@@ -397,6 +400,9 @@ impl Benchmark {
         cfg.retry_backoff = self.retry_backoff;
         cfg.timeouts = self.timeouts;
         cfg.stop_on_saturation = self.stop_on_saturation;
+        if let Some(s) = &self.sharding {
+            cfg.shard = s.shard;
+        }
         cfg
     }
 
@@ -431,25 +437,59 @@ impl Benchmark {
         let Prepared { built, mut cfg, sessions, load, mut notes } = p;
         let settings = crate::summary::settings(self, &built, &load, &cfg, sessions.as_ref(), c);
         let target = crate::summary::target(self, c);
-        // The directory is made only now: everything before could still refuse the run.
-        let dir = match &self.output_dir {
-            Some(d) => Some(RunDir::create(d, self.overwrite)?),
+        // A shard meets the others first (shard 0 refuses an output directory in use before
+        // anyone joins); its records then go to shard 0, not to a directory of its own.
+        let joined = match self.sharding.as_ref().and_then(|s| Some((s, s.coordinator.as_ref()?))) {
+            Some((s, addr)) => {
+                if s.shard.index() == 0 {
+                    if let Some(d) = &self.output_dir {
+                        RunDir::create(d, self.overwrite)?;
+                    }
+                }
+                Some(
+                    crate::shard::Joined::join(s, addr, &settings, self.output_dir.as_deref())
+                        .await?,
+                )
+            }
             None => None,
         };
+        let mut shard_run = self.sharding.as_ref().map(|s| {
+            let mut r = crate::shard::shard_run(s, &cfg, None);
+            if let Some(clock) = joined.as_ref().and_then(crate::shard::Joined::clock_of) {
+                r.clock_offset_ms = Some(clock.offset_ns as f64 / 1e6);
+                r.clock_rtt_ms = Some(clock.rtt_ns as f64 / 1e6);
+            }
+            r
+        });
+        // The directory is made only now: everything before could still refuse the run.
+        let dir = match (&self.output_dir, &joined) {
+            (Some(d), None) => Some(RunDir::create(d, self.overwrite)?),
+            _ => None,
+        };
+        let mut manifest = RunManifest::new(
+            settings.clone(),
+            target.clone(),
+            self.slos.as_ref().map(ToString::to_string),
+            self.percentiles.clone(),
+        );
+        manifest.shard.clone_from(&shard_run);
         if let Some(d) = &dir {
-            let slo = self.slos.as_ref().map(ToString::to_string);
-            d.write_manifest(&RunManifest::new(
-                settings.clone(),
-                target.clone(),
-                slo,
-                self.percentiles.clone(),
-            ))?;
+            d.write_manifest(&manifest)?;
+        }
+        if let Some(j) = &joined {
+            let text = serde_json::to_string_pretty(&manifest)
+                .map_err(|e| Error::config(e.to_string()))?;
+            j.file(quetta_report::files::MANIFEST, text).await?;
         }
         if let Some(path) = &self.reset_prefix_cache {
             cfg.before_measured = Some(crate::telemetry::reset_hook(c, path));
             notes.push(format!(
                 "the server's prefix cache was reset (POST {path}) before the measured phase"
             ));
+        }
+        if let Some(j) = &joined {
+            let planned = cfg.shard_planned().ok().flatten();
+            cfg.before_measured = Some(j.hook(cfg.before_measured.take(), planned));
         }
         let telemetry = crate::telemetry::Running::start(&self.telemetry, c, dir.as_ref());
         let work = match built.into_work() {
@@ -465,15 +505,46 @@ impl Benchmark {
         if let Some(d) = &dir {
             runner = runner.sink(Box::new(JsonlSink::new(d.create_records()?)));
         }
+        if let Some(sink) = match &joined {
+            Some(j) => j.sink().await,
+            None => None,
+        } {
+            runner = runner.sink(sink);
+        }
         let outcome: RunOutcome = runner.run(work).await?;
         let (server, gpu) = telemetry.finish().await;
         notes.extend(c.notes.iter().cloned());
-        let summary =
+        let mut summary =
             crate::summary::assemble(self, &outcome, settings, target, notes, server, gpu);
+        if let Some(r) = shard_run.as_mut() {
+            crate::shard::record_start(
+                r,
+                outcome.started_at,
+                joined.as_ref().and_then(crate::shard::Joined::started),
+            );
+        }
+        summary.shard = shard_run;
         let series = outcome.series;
         if let Some(d) = &dir {
             d.write_series(&series)?;
             d.write_summary(&summary)?;
+        }
+        if let Some(j) = joined {
+            let mut text = String::new();
+            for s in &series {
+                text.push_str(&serde_json::to_string(s).map_err(|e| Error::config(e.to_string()))?);
+                text.push('\n');
+            }
+            let grace = self.drain_timeout + Duration::from_secs(60);
+            if let Some(merged) = j.finish(&summary, text, grace, true).await? {
+                let out = self.output_dir.clone();
+                let series = match &out {
+                    Some(d) => RunDir::open(d)?.read_series()?,
+                    None => Vec::new(),
+                };
+                return Ok(BenchReport { summary: merged, series, dir: out });
+            }
+            return Ok(BenchReport { summary, series, dir: None });
         }
         Ok(BenchReport { summary, series, dir: dir.map(|d| d.path().to_path_buf()) })
     }

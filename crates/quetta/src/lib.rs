@@ -40,8 +40,10 @@ mod bench;
 pub mod correctness;
 mod error;
 pub mod hub;
+pub mod k8s;
 mod load;
 mod plan;
+mod shard;
 mod summary;
 mod sweep;
 mod target;
@@ -51,6 +53,7 @@ pub use bench::{BenchReport, Benchmark, SessionOptions, Telemetry, DEFAULT_REQUE
 pub use error::{Error, Result};
 pub use load::Load;
 pub use plan::{LengthStats, Plan, SessionPlan};
+pub use shard::Sharding;
 pub use sweep::{OnStep, SearchOver, SloSearch, Steps, Sweep};
 pub use target::{Api, Connected, Target, TargetKind};
 
@@ -61,11 +64,11 @@ pub use quetta_report as report;
 pub use quetta_sim as sim;
 pub use quetta_workload as workload;
 
-pub use quetta_loadgen::{History, Progress, RunControl, ThinkTime};
+pub use quetta_loadgen::{History, Progress, RunControl, Shard, ThinkTime};
 pub use quetta_metrics::{SloSet, Stats};
 pub use quetta_report::{
-    compare, compare_sides, CompareOptions, CompareReport, CompareSide, RunDir, SloReport, Summary,
-    SweepReport, SweepStep,
+    compare, compare_sides, merge, CompareOptions, CompareReport, CompareSide, MergeOptions,
+    RunDir, SloReport, Summary, SweepReport, SweepStep,
 };
 pub use quetta_sim::SimConfig;
 pub use quetta_workload::arrival::Arrival;

@@ -108,7 +108,16 @@ impl Benchmark {
     /// would use (a replay's warmup rows are skipped and its duration cuts it, as in the run).
     pub async fn plan(&self) -> Result<Plan> {
         let p = self.prepare().await?;
-        let notes = p.notes.clone();
+        let mut notes = p.notes.clone();
+        let shard = p.cfg.shard;
+        if !shard.is_whole() {
+            let (k, n) = (shard.index(), shard.count());
+            notes.push(format!(
+                "shard {shard}: requests {k}, {}, {}, … of the plan (after its warmup), sessions likewise; the schedule above is this shard's",
+                k + n,
+                k + 2 * n
+            ));
+        }
         if let Some(sc) = &p.sessions {
             let sessions = session_plan(p.built.into_work(), sc);
             return Ok(Plan {
@@ -118,14 +127,14 @@ impl Benchmark {
                 ..Plan::default()
             });
         }
-        let offsets = p.cfg.intended_offsets()?;
-        let requests = offsets.as_ref().map_or(p.cfg.num_requests, |o| Some(o.len() as u64));
+        let offsets = p.cfg.shard_offsets()?;
+        let requests = p.cfg.shard_planned()?;
         let sample = requests.unwrap_or(0).clamp(1, 10_000);
         let (mut ins, mut outs, mut exact) = (Vec::new(), Vec::new(), true);
         let mut built = p.built;
         if let Some(w) = built.requests() {
             for i in 0..sample {
-                let Some(r) = w.request(p.cfg.warmup + i) else { break };
+                let Some(r) = w.request(shard.nth_from(p.cfg.warmup, i)) else { break };
                 ins.push(f64::from(r.input_tokens));
                 outs.push(f64::from(r.max_tokens));
                 exact &= r.input_tokens_exact;

@@ -293,6 +293,8 @@ pub(crate) fn assemble(
         }),
         server_metrics: server,
         steady_state: o.steadiness.clone(),
+        shard: None,
+        shards: None,
         aggregate: o.aggregate.clone(),
     }
 }

@@ -1,0 +1,328 @@
+//! Sharded runs end to end: separate `quetta-bench` processes, one per shard, meet at shard 0
+//! (`--coordinator`), start together, send shard 0 their records and get one merged run.
+//!
+//! Run twice: over 127.0.0.1, and as separate hosts, each process in its own network
+//! namespace (its own address, joined to the others by veth pairs and a bridge), the
+//! simulator in a fourth. The namespaces share the kernel's clock, so the clock offset each
+//! shard measures is its own error, and the shards' start instants can be compared directly.
+
+mod common;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{json, tmpdir, valid, SUMMARY_SCHEMA};
+
+const RATE: f64 = 200.0;
+const REQUESTS: u64 = 600;
+
+/// Not a test of its own: a simulator server at `QUETTA_TEST_SIM_BIND`, run by the tests
+/// below as a separate process (inside a namespace), until killed.
+#[test]
+fn simulator_process() {
+    let Ok(bind) = std::env::var("QUETTA_TEST_SIM_BIND") else { return };
+    let cfg = quetta_sim::SimConfig {
+        bind: bind.parse().unwrap(),
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(2),
+        ..quetta_sim::SimConfig::default()
+    };
+    let _sim = quetta_sim::Simulator::start(cfg).unwrap();
+    println!("QUETTA-SIM-READY");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// Where each process runs: a command prefix (`ip netns exec NS`) and its address.
+struct Host {
+    prefix: Vec<String>,
+    addr: String,
+}
+
+fn command(h: &Host, program: &Path) -> Command {
+    let mut c = match h.prefix.split_first() {
+        Some((p, rest)) => {
+            let mut c = Command::new(p);
+            c.args(rest).arg(program);
+            c
+        }
+        None => Command::new(program),
+    };
+    c.env_remove("OPENAI_API_KEY").env_remove("JOB_COMPLETION_INDEX");
+    c
+}
+
+struct Killed(Vec<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The simulator on `host` at `bind`; returns once it listens.
+fn simulator(host: &Host, bind: &str) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = command(host, &exe)
+        .args(["--exact", "simulator_process", "--nocapture", "--test-threads=1"])
+        .env("QUETTA_TEST_SIM_BIND", bind)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = c.stdout.take().unwrap();
+    let ready = std::io::BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("QUETTA-SIM-READY"));
+    assert!(ready, "the simulator process did not start");
+    c
+}
+
+/// Three shards on `hosts[1..]` against the simulator at `sim`, shard 0's coordinator at
+/// `port` of its host; shard `kill` (if any) is killed a second into the run. Shard 0's
+/// output.
+fn sharded_run(
+    hosts: &[Host],
+    sim: &str,
+    port: u16,
+    out: &Path,
+    kill: Option<usize>,
+) -> (std::process::Output, Vec<PathBuf>) {
+    let _ = std::fs::remove_dir_all(out);
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_quetta-bench"));
+    let url = format!("http://{sim}");
+    let coord = format!("{}:{port}", hosts[1].addr);
+    let rate = RATE.to_string();
+    let n = REQUESTS.to_string();
+    let mut children = Vec::new();
+    let mut dirs = Vec::new();
+    // shards 2 and 1 first: they wait for shard 0
+    for k in [2usize, 1, 0] {
+        let dir =
+            out.with_file_name(format!("{}-own-{k}", out.file_name().unwrap().to_string_lossy()));
+        let dir = if k == 0 { out.to_path_buf() } else { dir };
+        let shard = format!("{k}/3");
+        let c = command(&hosts[k + 1], &bin)
+            .args(["run", "--base-url", &url, "--shard", &shard, "--coordinator", &coord])
+            .args(["--request-rate", &rate, "--arrival", "constant", "--num-requests", &n])
+            .args([
+                "--input-len",
+                "32",
+                "--output-len",
+                "16",
+                "--quiet",
+                "--rendezvous-timeout",
+                "30s",
+            ])
+            .arg("--output-dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        children.push((k, c));
+        dirs.push(dir);
+    }
+    let mut zero = None;
+    let started = Instant::now();
+    for (k, mut c) in children {
+        if Some(k) == kill {
+            std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
+            c.kill().unwrap();
+            let _ = c.wait();
+        } else if k == 0 {
+            zero = Some(c);
+        } else {
+            let o = c.wait_with_output().unwrap();
+            assert!(o.status.success(), "shard {k}: {}", common::text(&o));
+        }
+    }
+    (zero.unwrap().wait_with_output().unwrap(), dirs)
+}
+
+/// What a sharded run must show: every shard joined, started within 5 ms, the plan sent
+/// at the rate asked for, and the merged percentiles those of the union of the records.
+fn check_merged(out: &Path, o: &std::process::Output) -> serde_json::Value {
+    let t = common::text(o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("shards     3 of 3 merged (3 finished"), "{t}");
+    let s = json(&out.join("summary.json"));
+    valid(SUMMARY_SCHEMA, &s);
+    valid(include_str!("../../../docs/schema/run.schema.json"), &json(&out.join("run.json")));
+    assert_eq!(
+        (s["completed"].as_u64(), s["planned"].as_u64()),
+        (Some(REQUESTS), Some(REQUESTS)),
+        "{t}"
+    );
+    let rate = s["achieved_send_rate"].as_f64().unwrap();
+    assert!((rate / RATE - 1.0).abs() < 0.02, "aggregate rate {rate} for {RATE}");
+    // the shards' own start instants, read on the one clock they share
+    let mut starts = Vec::new();
+    let mut union = quetta::metrics::Aggregate::new(None);
+    for k in 0..3 {
+        let d = out.join(format!("shard-{k}"));
+        let own = json(&d.join("summary.json"));
+        valid(SUMMARY_SCHEMA, &own);
+        let sh = &own["shard"];
+        starts.push(sh["started_unix_ns"].as_i64().unwrap());
+        assert!(sh["clock_offset_ms"].as_f64().unwrap().abs() < 1.0, "{sh}");
+        for line in std::fs::read_to_string(d.join("requests.jsonl")).unwrap().lines() {
+            union.add(&serde_json::from_str(line).unwrap());
+        }
+    }
+    let spread = (starts.iter().max().unwrap() - starts.iter().min().unwrap()) as f64 / 1e6;
+    assert!(spread < 5.0, "the shards started {spread} ms apart");
+    eprintln!("start spread {spread:.3} ms; {}", s["shards"]);
+    let m = serde_json::to_value(union.summary(&[])).unwrap();
+    for key in [
+        "ttft_ms",
+        "tpot_ms",
+        "itl_ms",
+        "e2e_ms",
+        "ttft_from_intended_ms",
+        "completed",
+        "total_output_tokens",
+    ] {
+        assert_eq!(s[key], m[key], "{key}: merged against the union of the shards' records");
+    }
+    s
+}
+
+fn check_killed(out: &Path, o: &std::process::Output) {
+    let t = common::text(o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("the run lost shards: 2 died"), "{t}");
+    let s = json(&out.join("summary.json"));
+    valid(SUMMARY_SCHEMA, &s);
+    let dead = &s["shards"]["shards"][2];
+    assert_eq!(dead["status"], "died", "{dead}");
+    assert_eq!(dead["planned"], REQUESTS / 3, "{dead}");
+    let done = dead["completed"].as_u64().unwrap();
+    assert!(done > 0 && done < REQUESTS / 3, "{dead}");
+    let others: u64 = (0..2).map(|k| s["shards"]["shards"][k]["completed"].as_u64().unwrap()).sum();
+    assert_eq!(others, 2 * REQUESTS / 3, "the others measured everything");
+    assert_eq!(s["completed"].as_u64().unwrap(), others + done, "nothing measured is lost");
+    assert_eq!(s["partial"], true);
+    assert!(t.contains("shard 2 died: it completed"), "{t}");
+}
+
+/// The two runs share the machine's cores: one at a time, so neither measures the other's
+/// load in its start skew.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn three_shard_processes_over_loopback_merge_exactly_and_survive_a_dead_shard() {
+    let _alone = alone();
+    let hosts: Vec<Host> =
+        (0..4).map(|_| Host { prefix: vec![], addr: "127.0.0.1".into() }).collect();
+    let sim = format!("127.0.0.1:{}", free_port());
+    let _sim = Killed(vec![simulator(&hosts[0], &sim)]);
+    let d = tmpdir("shards-lo");
+    let out = d.join("merged");
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None);
+    check_merged(&out, &o);
+    let out = d.join("killed");
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, Some(2));
+    check_killed(&out, &o);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Network namespaces `NAME-0..4` (the simulator, shards 0, 1, 2) on a bridge in `NAME-sw`,
+/// addresses 10.213.0.1 to .4; removed on drop.
+struct Namespaces {
+    name: String,
+    hosts: Vec<Host>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()))
+    }
+}
+
+impl Namespaces {
+    fn create() -> Result<Self, String> {
+        let name = format!("qt{}", std::process::id() % 100_000);
+        let mut ns = Namespaces { name: name.clone(), hosts: Vec::new() };
+        let sw = format!("{name}-sw");
+        ip(&["netns", "add", &sw])?;
+        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        for i in 0..4 {
+            let h = format!("{name}-{i}");
+            let addr = format!("10.213.0.{}", i + 1);
+            ip(&["netns", "add", &h])?;
+            let port = format!("p{i}");
+            ip(&[
+                "link", "add", "eth0", "netns", &h, "type", "veth", "peer", "name", &port, "netns",
+                &sw,
+            ])?;
+            ip(&["-n", &sw, "link", "set", &port, "master", "br0"])?;
+            ip(&["-n", &sw, "link", "set", &port, "up"])?;
+            ip(&["-n", &h, "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
+            ip(&["-n", &h, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &h, "link", "set", "lo", "up"])?;
+            ns.hosts
+                .push(Host { prefix: vec!["ip".into(), "netns".into(), "exec".into(), h], addr });
+        }
+        Ok(ns)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for i in 0..4 {
+            let _ = ip(&["netns", "del", &format!("{}-{i}", self.name)]);
+        }
+        let _ = ip(&["netns", "del", &format!("{}-sw", self.name)]);
+    }
+}
+
+#[test]
+fn three_shards_as_separate_hosts_in_network_namespaces() {
+    let _alone = alone();
+    let ns = match Namespaces::create() {
+        Ok(ns) => ns,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must be able to make network namespaces: {e}"
+            );
+            eprintln!("SKIPPED: cannot make network namespaces here ({e})");
+            return;
+        }
+    };
+    let sim = format!("{}:8000", ns.hosts[0].addr);
+    let _sim = Killed(vec![simulator(&ns.hosts[0], &sim)]);
+    let d = tmpdir("shards-netns");
+    let out = d.join("merged");
+    let (o, _) = sharded_run(&ns.hosts, &sim, 7000, &out, None);
+    let s = check_merged(&out, &o);
+    eprintln!(
+        "netns: rate {} skew {} offset {}",
+        s["achieved_send_rate"],
+        s["shards"]["max_start_skew_ms"],
+        s["shards"]["max_clock_offset_ms"]
+    );
+    let out = d.join("killed");
+    let (o, _) = sharded_run(&ns.hosts, &sim, 7001, &out, Some(2));
+    check_killed(&out, &o);
+    let _ = std::fs::remove_dir_all(&d);
+}
