@@ -11,6 +11,9 @@
 //!
 //! `cargo xtask fuzz [--minutes N]` runs every fuzz target (see `fuzz.rs`).
 //!
+//! `cargo xtask bench merge [--records N]` times the merge of three shards' N records (see
+//! `merge.rs`).
+//!
 //! `cargo xtask embed-check` builds and runs `examples/embed` as a program outside the
 //! workspace that depends on the `quetta` crate by path, as an embedder's would.
 
@@ -23,6 +26,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 mod fuzz;
+mod merge;
 mod vllm;
 
 fn root() -> PathBuf {
@@ -34,12 +38,16 @@ fn main() -> Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["bench", "overhead"] => overhead(0),
         ["bench", "overhead", "--sim-nice", n] => overhead(n.parse().context("--sim-nice N")?),
+        ["bench", "merge"] => merge::bench(&root(), 1_000_000),
+        ["bench", "merge", "--records", n] => {
+            merge::bench(&root(), n.parse().context("--records N")?)
+        }
         ["embed-check"] => embed_check(),
         ["fuzz", ..] => fuzz::main(&args[1..]),
         ["compare-vllm"] => vllm::compare(None, &root()),
         ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
             std::process::exit(2);
         }
     }
