@@ -127,43 +127,75 @@ fn gather<T>(
     (vals, optional.then_some(defs))
 }
 
-/// Write the records as Parquet to `w`.
+/// Write the records as Parquet to `w` (one row group).
 pub fn write<W: std::io::Write + Send>(recs: &[RequestRecord], w: W) -> Result<(), ParquetError> {
-    let schema = Arc::new(parse_message_type(SCHEMA)?);
-    let props = Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).build());
-    let mut fw = SerializedFileWriter::new(w, schema, props)?;
-    let mut rg = fw.next_row_group()?;
-    let cols = columns();
-    let mut i = 0;
-    while let Some(mut cw) = rg.next_column()? {
-        let (optional, col) = &cols[i];
-        i += 1;
-        match col {
-            Col::I64(g) => {
-                let (v, d) = gather(recs, *optional, g);
-                cw.typed::<Int64Type>().write_batch(&v, d.as_deref(), None)?;
-            }
-            Col::I32(g) => {
-                let (v, d) = gather(recs, *optional, g);
-                cw.typed::<Int32Type>().write_batch(&v, d.as_deref(), None)?;
-            }
-            Col::F64(g) => {
-                let (v, d) = gather(recs, *optional, g);
-                cw.typed::<DoubleType>().write_batch(&v, d.as_deref(), None)?;
-            }
-            Col::Bool(g) => {
-                let (v, d) = gather(recs, *optional, g);
-                cw.typed::<BoolType>().write_batch(&v, d.as_deref(), None)?;
-            }
-            Col::Str(g) => {
-                let (v, d) =
-                    gather(recs, *optional, |r| g(r).map(|s| ByteArray::from(s.into_bytes())));
-                cw.typed::<ByteArrayType>().write_batch(&v, d.as_deref(), None)?;
-            }
-        }
-        cw.close()?;
+    let mut pw = Writer::new(w)?;
+    pw.row_group(recs)?;
+    pw.finish()
+}
+
+/// A Parquet file written one row group at a time: memory holds one group's records.
+pub struct Writer<W: std::io::Write + Send> {
+    fw: SerializedFileWriter<W>,
+}
+
+impl<W: std::io::Write + Send> std::fmt::Debug for Writer<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("parquet::Writer(..)")
     }
-    rg.close()?;
-    fw.close()?;
-    Ok(())
+}
+
+impl<W: std::io::Write + Send> Writer<W> {
+    pub fn new(w: W) -> Result<Self, ParquetError> {
+        let schema = Arc::new(parse_message_type(SCHEMA)?);
+        let props =
+            Arc::new(WriterProperties::builder().set_compression(Compression::SNAPPY).build());
+        Ok(Self { fw: SerializedFileWriter::new(w, schema, props)? })
+    }
+
+    /// Write `recs` as the next row group.
+    pub fn row_group(&mut self, recs: &[RequestRecord]) -> Result<(), ParquetError> {
+        let mut rg = self.fw.next_row_group()?;
+        let cols = columns();
+        let mut i = 0;
+        while let Some(mut cw) = rg.next_column()? {
+            let (optional, col) = &cols[i];
+            i += 1;
+            match col {
+                Col::I64(g) => {
+                    let (v, d) = gather(recs, *optional, g);
+                    cw.typed::<Int64Type>().write_batch(&v, d.as_deref(), None)?;
+                }
+                Col::I32(g) => {
+                    let (v, d) = gather(recs, *optional, g);
+                    cw.typed::<Int32Type>().write_batch(&v, d.as_deref(), None)?;
+                }
+                Col::F64(g) => {
+                    let (v, d) = gather(recs, *optional, g);
+                    cw.typed::<DoubleType>().write_batch(&v, d.as_deref(), None)?;
+                }
+                Col::Bool(g) => {
+                    let (v, d) = gather(recs, *optional, g);
+                    cw.typed::<BoolType>().write_batch(&v, d.as_deref(), None)?;
+                }
+                Col::Str(g) => {
+                    let (v, d) =
+                        gather(recs, *optional, |r| g(r).map(|s| ByteArray::from(s.into_bytes())));
+                    cw.typed::<ByteArrayType>().write_batch(&v, d.as_deref(), None)?;
+                }
+            }
+            cw.close()?;
+        }
+        rg.close()?;
+        Ok(())
+    }
+
+    /// Write the footer and flush: an error writing the file's end is an error.
+    pub fn finish(self) -> Result<(), ParquetError> {
+        let mut w = self.fw.into_inner()?;
+        w.flush().map_err(|e| {
+            ParquetError::Parquet(parquet::errors::ParquetError::External(Box::new(e)))
+        })?;
+        Ok(())
+    }
 }
