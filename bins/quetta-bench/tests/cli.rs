@@ -721,3 +721,7 @@ fn compare_takes_a_vllm_result_file_on_either_side() {
         "{t}"
     );
 }
+
+// `quetta-bench k8s` in the same test binary (each binary is a link of its own).
+#[path = "cli_parts/k8s.rs"]
+mod k8s;

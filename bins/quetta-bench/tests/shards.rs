@@ -164,7 +164,7 @@ fn check_merged(out: &Path, o: &std::process::Output) -> serde_json::Value {
     assert!((rate / RATE - 1.0).abs() < 0.02, "aggregate rate {rate} for {RATE}");
     // the shards' own start instants, read on the one clock they share
     let mut starts = Vec::new();
-    let mut union = quetta::metrics::Aggregate::new(None);
+    let mut union = quetta_metrics::Aggregate::new(None);
     for k in 0..3 {
         let d = out.join(format!("shard-{k}"));
         let own = json(&d.join("summary.json"));

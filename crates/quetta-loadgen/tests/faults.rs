@@ -191,3 +191,7 @@ fn retries_are_off_by_default_and_counted_apart_when_on() {
     let (recs, _) = run_with_retries("bad-json", Timeouts::default(), 3);
     assert!(recs.iter().all(|r| r.error_kind.as_deref() == Some("protocol") && r.attempts == 1));
 }
+
+// Shards of one plan, in this binary (each test binary is a link of its own).
+#[path = "parts/shards.rs"]
+mod shards;

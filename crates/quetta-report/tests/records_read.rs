@@ -86,3 +86,9 @@ fn a_streamed_rebuild_equals_the_in_memory_aggregate() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+// Merging and exporting read records too; one test binary for all (each binary is a link).
+#[path = "read/export_stream.rs"]
+mod export_stream;
+#[path = "read/merge.rs"]
+mod merge;

@@ -3,8 +3,6 @@
 //! replays, closed loops and sessions; and real runs of the shards against the simulator
 //! send exactly that.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +17,7 @@ use quetta_workload::arrival::Arrival;
 use quetta_workload::session::{Session, SessionList, Turn};
 use quetta_workload::synthetic::SyntheticSpec;
 
-use common::VecSink;
+use crate::common::VecSink;
 
 fn shard(k: u32, n: u32) -> Shard {
     Shard::new(k, n).unwrap()

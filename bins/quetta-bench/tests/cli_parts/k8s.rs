@@ -2,11 +2,9 @@
 //! unknown fields rejected (`kubernetes-validate --strict`, from PyPI; `.ci/run` installs
 //! it), says what a sharded run needs, and never carries a secret.
 
-mod common;
-
 use std::process::Command;
 
-use common::{bin, text, tmpdir};
+use crate::common::{bin, text, tmpdir};
 
 fn validator() -> Option<&'static str> {
     let ok = Command::new("kubernetes-validate")
