@@ -478,10 +478,11 @@ pub fn compare(a: &CompareArgs) -> Result<ExitCode> {
 pub struct K8sArgs {
     #[command(flatten)]
     run: RunArgs,
-    /// The container image with quetta-bench as its entrypoint (built from the Dockerfile);
-    /// `--image` stays the vision workload's image file.
+    /// The container image with quetta-bench as its entrypoint (built from the Dockerfile).
+    /// `--image IMAGE` says the same unless --modality vision, whose `--image` flags are
+    /// its image files.
     #[arg(help_heading = "Kubernetes", long)]
-    container_image: String,
+    container_image: Option<String>,
     /// The Job's and headless Service's name; pod K is NAME-K.NAME.
     #[arg(help_heading = "Kubernetes", long, default_value = "quetta")]
     name: String,
@@ -528,6 +529,20 @@ const K8S_ONLY: [(&str, bool); 11] = [
     ("--shards", true),
 ];
 
+/// `args` without `flag` and its value.
+fn strip_flag(args: &[String], flag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            it.next();
+        } else if !a.starts_with(&format!("{flag}=")) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 /// The command line's `run` flags, for the shards: `k8s`'s own flags left out.
 fn shard_args(argv: &[String]) -> Vec<String> {
     let mut out = Vec::new();
@@ -545,10 +560,25 @@ fn shard_args(argv: &[String]) -> Vec<String> {
     out
 }
 
+/// The container image: --container-image, or the one --image of a run without vision.
+fn container_image(a: &K8sArgs) -> Result<(String, bool)> {
+    let vision = a.run.modality == crate::flags::ModalityArg::Vision;
+    match (&a.container_image, a.run.images.as_slice()) {
+        (Some(i), _) => Ok((i.clone(), false)),
+        (None, [one]) if !vision => Ok((one.display().to_string(), true)),
+        _ => bail!("give the container image: --container-image IMAGE (or --image IMAGE without --modality vision)"),
+    }
+}
+
 pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
     let n = a.run.shards.context("give --shards N: one pod per shard")?;
+    let (image, from_image_flag) = container_image(a)?;
     let argv: Vec<String> = std::env::args().collect();
-    let args = shard_args(&argv);
+    let mut args = shard_args(&argv);
+    if from_image_flag {
+        // --image was the container's, not a vision image for the shards
+        args = strip_flag(&args, "--image");
+    }
     for (flag, why) in [
         ("--shard", "each pod's shard is its JOB_COMPLETION_INDEX"),
         ("--coordinator", "shard 0's pod is the coordinator"),
@@ -567,6 +597,9 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
     }
     // the flags must make a run: check them as shard 0 would read them
     let mut probe = RunArgs { shard_index: Some("0".into()), ..a.run.clone() };
+    if from_image_flag {
+        probe.images.clear();
+    }
     probe.coordinator = Some(format!("{}-0.{}:{}", a.name, a.name, a.port));
     probe.to_benchmark()?;
     for (flag, c) in
@@ -594,7 +627,7 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
     let m = quetta::k8s::Manifest {
         name: a.name.clone(),
         namespace: a.namespace.clone(),
-        image: a.container_image.clone(),
+        image,
         shards: n,
         port: a.port,
         run_args: args,

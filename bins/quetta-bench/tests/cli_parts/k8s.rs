@@ -122,6 +122,8 @@ fn manifests_pass_the_kubernetes_schemas_strictly() {
         assert_eq!(a[0], "run");
         assert!(a.contains(&"--base-url") && a.contains(&"http://vllm:8000"), "{a:?}");
         assert!(!a.contains(&"--container-image") && !a.contains(&"--cpu"), "{a:?}");
+        assert!(!a.contains(&"--image"), "the container's image is not a shard's flag: {a:?}");
+        assert!(c["image"].as_str().unwrap().contains(':'), "{}", c["image"]);
         let w = a.iter().position(|x| *x == "--shards").unwrap();
         assert_eq!(a[w + 1], args[1]);
         let co = a[a.iter().position(|x| *x == "--coordinator").unwrap() + 1];
@@ -202,6 +204,20 @@ fn what_cannot_be_a_sharded_run_on_kubernetes_is_refused() {
             "a Kubernetes name",
         ),
         (&["--container-image", "q", "--base-url", "http://x:1"][..], "--shards"),
+        (&["--shards", "2", "--base-url", "http://x:1"][..], "give the container image"),
+        (
+            &[
+                "--shards",
+                "2",
+                "--base-url",
+                "http://x:1",
+                "--modality",
+                "vision",
+                "--image",
+                "a.png",
+            ][..],
+            "give the container image",
+        ),
     ] {
         let o = bin().arg("k8s").args(args).output().unwrap();
         let t = text(&o);
