@@ -244,25 +244,11 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let path = save_result(a, &RunDir::open(d)?)?;
         eprintln!("vLLM result {}", path.display());
     }
-    if let Some(lost) = lost_shards(&r.summary) {
+    if let Some(lost) = r.summary.shards.as_ref().and_then(quetta::report::ShardsSummary::lost) {
         eprintln!("error: {lost}");
         return Ok(ExitCode::from(1));
     }
     Ok(exit(verdict(&r.summary.metrics, a.min_success_rate)))
-}
-
-/// A merged run missing a shard's part is not the run that was asked for: which shards.
-fn lost_shards(s: &quetta::Summary) -> Option<String> {
-    let m = s.shards.as_ref()?;
-    let died: Vec<String> =
-        m.shards.iter().filter(|r| r.status == "died").map(|r| r.index.to_string()).collect();
-    let missing = m.count as usize - m.shards.len().min(m.count as usize);
-    (!died.is_empty() || missing > 0).then(|| {
-        format!(
-            "the run lost shards: {} died, {missing} missing; the results hold what the others measured",
-            if died.is_empty() { "none".into() } else { died.join(", ") }
-        )
-    })
 }
 
 /// Exit 1, saying why, when the run failed as a measurement (`MetricsSummary::failure`).
@@ -602,14 +588,12 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
     }
     probe.coordinator = Some(format!("{}-0.{}:{}", a.name, a.name, a.port));
     probe.to_benchmark()?;
+    let shard = quetta::Shard::new(0, n).map_err(|e| anyhow::anyhow!("--shards: {e}"))?;
     for (flag, c) in
-        [("--concurrency", a.run.concurrency), ("--max-concurrency", a.run.max_concurrency)]
+        [("concurrency", a.run.concurrency), ("max concurrency", a.run.max_concurrency)]
     {
-        if c.is_some_and(|c| (c as u64) < u64::from(n)) {
-            bail!(
-                "{flag} {} cannot be split across {n} shards: give at least one per shard",
-                c.unwrap_or(0)
-            );
+        if let Some(c) = c {
+            shard.check_split(flag, c).map_err(anyhow::Error::msg)?;
         }
     }
     for (flag, path) in [("--dataset", &a.run.dataset), ("--trace", &a.run.trace)] {
@@ -663,7 +647,7 @@ pub fn merge(a: &MergeArgs) -> Result<ExitCode> {
     let opts = quetta::MergeOptions { overwrite: a.overwrite, ..Default::default() };
     let s = quetta::merge(&a.dirs, &a.output_dir, &opts)?;
     println!("{}", render_summary(&s, Some(&a.output_dir)));
-    if let Some(lost) = lost_shards(&s) {
+    if let Some(lost) = s.shards.as_ref().and_then(quetta::report::ShardsSummary::lost) {
         eprintln!("error: {lost}");
         return Ok(ExitCode::from(1));
     }

@@ -120,7 +120,7 @@ impl Shard {
     }
 
     /// A concurrency that every shard can take a part of, or why not.
-    pub(crate) fn check_split(self, what: &str, total: usize) -> Result<(), String> {
+    pub fn check_split(self, what: &str, total: usize) -> Result<(), String> {
         if (total as u64) < u64::from(self.count) {
             return Err(format!(
                 "{what} {total} cannot be split across {} shards: give at least one per shard",

@@ -224,6 +224,26 @@ pub struct ShardsSummary {
     pub shards: Vec<ShardResult>,
 }
 
+impl ShardsSummary {
+    /// A merged run missing a shard's part is not the run that was asked for: which shards
+    /// died or are missing, in a sentence (`None`: every shard's part is in).
+    pub fn lost(&self) -> Option<String> {
+        let died: Vec<String> = self
+            .shards
+            .iter()
+            .filter(|r| r.status == "died")
+            .map(|r| r.index.to_string())
+            .collect();
+        let missing = (self.count as usize).saturating_sub(self.shards.len());
+        (!died.is_empty() || missing > 0).then(|| {
+            format!(
+                "the run lost shards: {} died, {missing} missing; the results hold what the others measured",
+                if died.is_empty() { "none".into() } else { died.join(", ") }
+            )
+        })
+    }
+}
+
 /// One shard of a merged run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ShardResult {
