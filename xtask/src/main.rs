@@ -311,9 +311,10 @@ fn timing_error(c: &mut Ctx) -> Result<()> {
         }
         let sim_ttft = (chunks[0] - sv["arrival_ns"].as_f64().unwrap_or(0.0)) / 1e6;
         ttft.push((r["ttft_ms"].as_f64().unwrap_or(0.0) - sim_ttft).abs());
-        for (k, g) in r["itl_ms"].as_array().into_iter().flatten().enumerate() {
+        for (k, g) in r["itl_us"].as_array().into_iter().flatten().enumerate() {
             if k + 1 < chunks.len() {
-                itl.push((g.as_f64().unwrap_or(0.0) - (chunks[k + 1] - chunks[k]) / 1e6).abs());
+                let g = g.as_f64().unwrap_or(0.0) / 1e3;
+                itl.push((g - (chunks[k + 1] - chunks[k]) / 1e6).abs());
             }
         }
     }

@@ -264,12 +264,14 @@ fn verdict(m: &quetta::metrics::MetricsSummary, min: f64) -> ExitCode {
 
 /// `--save-result`: the vLLM result JSON in --result-dir, named as vLLM names it.
 fn save_result(a: &RunArgs, d: &RunDir) -> Result<PathBuf> {
-    let v = quetta::export::vllm(d)?;
-    let name = a.result_filename.clone().unwrap_or_else(|| v.file_name());
+    let name = match &a.result_filename {
+        Some(n) => n.clone(),
+        None => quetta::export::vllm_file_name(&d.read_summary()?),
+    };
     let dir = a.result_dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(name);
-    d.write_vllm(&v, &path)?;
+    quetta::export::write_vllm(d, &path)?;
     Ok(path)
 }
 
@@ -681,7 +683,7 @@ pub fn export(a: &ExportArgs) -> Result<ExitCode> {
             quetta::export::parquet(&d, &out(files::PARQUET))?
         ),
         "vllm" => {
-            d.write_vllm(&quetta::export::vllm(&d)?, &out(files::VLLM))?;
+            quetta::export::write_vllm(&d, &out(files::VLLM))?;
             println!("wrote {}", out(files::VLLM).display());
         }
         f => bail!("--format {f:?}: expected csv, parquet or vllm"),

@@ -52,7 +52,7 @@ fn first_command_runs_against_the_embedded_simulator() {
     for l in lines.lines() {
         let r: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(r["error_kind"].is_null());
-        assert_eq!(r["itl_ms"].as_array().unwrap().len(), 127);
+        assert_eq!(r["itl_us"].as_array().unwrap().len(), 127);
     }
     // the same directory again is refused without --overwrite
     let o = run(&["run", "--num-requests", "2", "--output-dir", d.to_str().unwrap()]);

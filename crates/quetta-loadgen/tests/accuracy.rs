@@ -115,11 +115,11 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
                     "the client cannot see the first token before the server sent it"
                 );
                 ttft_d.push((ttft - sim_ttft).abs());
-                assert_eq!(r.itl_ms.len() + 1, s.chunks.len());
+                assert_eq!(r.itl_us.len() + 1, s.chunks.len());
                 let mut t = r.first_token_offset_ms.unwrap();
                 for k in 0..s.chunks.len() {
                     if k > 0 {
-                        let g = r.itl_ms[k - 1];
+                        let g = f64::from(r.itl_us[k - 1]) / 1e3;
                         t += g;
                         let sg = (s.chunks[k] - s.chunks[k - 1]).as_secs_f64() * 1e3;
                         itl_d.push((g - sg).abs());

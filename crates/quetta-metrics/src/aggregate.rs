@@ -121,6 +121,30 @@ impl Dist {
         self.max = self.max.max(o.max);
     }
 
+    /// (value ms, share of values at or below it), rising in both, about `points` of them
+    /// evenly spaced in share and the maximum last; each value is its histogram bucket's
+    /// highest (3 significant digits, as the percentiles), kept within min and max.
+    fn cdf(&self, points: usize) -> Vec<(f64, f64)> {
+        if self.count == 0 {
+            return Vec::new();
+        }
+        let total = self.hist.len().max(1);
+        let step = (total / points.max(1) as u64).max(1);
+        let (mut out, mut seen, mut next) = (Vec::new(), 0u64, 0u64);
+        for v in self.hist.iter_recorded() {
+            seen += v.count_at_value();
+            if seen > next || seen == total {
+                let ms = self.hist.highest_equivalent(v.value_iterated_to()) as f64 / 1e3;
+                out.push((round3(ms.clamp(self.min, self.max)), seen as f64 / total as f64));
+                next = seen - seen % step + step;
+            }
+        }
+        if out.last().is_some_and(|l| l.0 < self.max) {
+            out.push((round3(self.max), 1.0));
+        }
+        out
+    }
+
     fn stats(&self, extra: &[f64]) -> Stats {
         if self.count == 0 {
             return Stats { count: 0, ..Stats::default() };
@@ -708,7 +732,7 @@ impl Aggregate {
             }
         }
         let itl = self.dist(Metric::Itl);
-        for &g in &r.itl_ms {
+        for g in r.itl_ms() {
             itl.add(g);
         }
         if let Some(m) = r.itl_mean_ms() {
@@ -867,6 +891,12 @@ impl Aggregate {
     /// Summary statistics of one metric.
     pub fn stats(&self, m: Metric, extra_percentiles: &[f64]) -> Stats {
         self.dists[m.index()].stats(extra_percentiles)
+    }
+
+    /// A metric's distribution for a CDF chart: about `points` (value ms, share) points from
+    /// its histogram, in memory that does not grow with the number of requests.
+    pub fn cdf(&self, m: Metric, points: usize) -> Vec<(f64, f64)> {
+        self.dists[m.index()].cdf(points)
     }
 
     /// The value of a metric at a percentile (ms), for SLO checks.
@@ -1319,5 +1349,43 @@ mod tests {
         assert_eq!(s.per_turn[2].cached_token_source, "estimate");
         assert_eq!(s.per_turn[2].cached_tokens_mean, Some(50.0));
         assert_eq!(s.osl_hit_rate, Some(0.75));
+    }
+}
+
+#[cfg(test)]
+mod cdf_tests {
+    use super::*;
+
+    /// The chart's CDF from the histogram against the exact one from every value: each
+    /// point's share is exact for its value, its value within 0.1 % (3 significant digits)
+    /// of the exact quantile at that share; about 400 points whatever the count.
+    #[test]
+    fn a_cdf_from_the_histogram_is_the_exact_one_to_three_digits() {
+        let mut d = Dist::default();
+        let mut vals: Vec<f64> = Vec::new();
+        let mut x: u64 = 7;
+        for _ in 0..100_000 {
+            // a long-tailed spread of microsecond values, 0.05 ms to about 5 s
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            let ms = (0.05 * (1e5f64).powf(u) * 1e3).round() / 1e3;
+            vals.push(ms);
+            d.add(ms);
+        }
+        vals.sort_by(f64::total_cmp);
+        let c = d.cdf(400);
+        assert!((400..=402).contains(&c.len()), "{}", c.len());
+        assert_eq!(c.last().copied(), Some((vals[vals.len() - 1], 1.0)));
+        for w in c.windows(2) {
+            assert!(w[0].0 <= w[1].0 && w[0].1 < w[1].1, "{w:?}");
+        }
+        let n = vals.len() as f64;
+        for &(v, q) in &c {
+            let at_or_below = vals.partition_point(|&x| x <= v) as f64 / n;
+            assert!(at_or_below >= q - 1e-12, "({v}, {q}): {at_or_below} at or below");
+            let exact = vals[((q * n).ceil() as usize).clamp(1, vals.len()) - 1];
+            assert!((v - exact).abs() <= exact * 1e-3 + 1e-3, "({v}, {q}): exact {exact}");
+        }
+        assert!(Dist::default().cdf(400).is_empty());
     }
 }

@@ -113,8 +113,11 @@ fn ms_between(a: Duration, b: Duration) -> f64 {
 /// One line of `requests.jsonl`: a request's timeline and its derived metrics.
 ///
 /// Offsets (`*_offset_ms`) count from the start of the measured phase. All durations are
-/// milliseconds with microsecond resolution.
+/// milliseconds with microsecond resolution, but for the gaps between tokens: integer
+/// microseconds (`itl_us`, schema 2). A record of schema 1 spelled them as milliseconds
+/// (`itl_ms`); it is read into `itl_us` without loss, as they were whole microseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct RequestRecord {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,8 +146,12 @@ pub struct RequestRecord {
     pub queue_ms: f64,
     /// intended -> started: how late the client released the request.
     pub schedule_lag_ms: f64,
-    /// Gaps between consecutive token-bearing chunks.
-    pub itl_ms: Vec<f64>,
+    /// Gaps between consecutive token-bearing chunks, in microseconds.
+    #[serde(default)]
+    pub itl_us: Vec<u32>,
+    /// Schema 1's `itl_ms` while a record is read; moved into `itl_us` at once.
+    #[serde(default, rename = "itl_ms", skip_serializing, deserialize_with = "gaps_ms_as_us")]
+    legacy_itl_ms: Option<Vec<u32>>,
     pub token_chunks: u32,
     pub input_tokens: Option<u64>,
     pub input_token_source: TokenSource,
@@ -206,6 +213,46 @@ pub struct RequestRecord {
 
 fn one() -> u32 {
     1
+}
+
+/// Schema 1's gaps (milliseconds, written from whole microseconds) as microseconds.
+fn gaps_ms_as_us<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u32>>, D::Error> {
+    use serde::de::Error;
+    let ms: Vec<f64> = Vec::deserialize(d)?;
+    ms.iter()
+        .map(|&g| {
+            let us = (g * 1e3).round();
+            if (0.0..=f64::from(u32::MAX)).contains(&us) {
+                Ok(us as u32)
+            } else {
+                Err(D::Error::custom(format!("itl_ms: {g} ms is not a gap between tokens")))
+            }
+        })
+        .collect::<Result<Vec<u32>, _>>()
+        .map(Some)
+}
+
+impl Serialize for RequestRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RequestRecord::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestRecord {
+    /// Either spelling of the gaps, never both.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut r = RequestRecord::deserialize(d)?;
+        if let Some(g) = r.legacy_itl_ms.take() {
+            if !r.itl_us.is_empty() {
+                return Err(D::Error::custom(
+                    "both itl_us and itl_ms (schema 1): a record has one spelling of its gaps",
+                ));
+            }
+            r.itl_us = g;
+        }
+        Ok(r)
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)]
@@ -293,7 +340,8 @@ impl RequestRecord {
             queue_ms: sent
                 .map_or_else(|| ms_between(o.started, o.end), |s| ms_between(o.started, s)),
             schedule_lag_ms: ms_between(o.intended, o.started),
-            itl_ms: o.itl_us.iter().map(|&g| f64::from(g) / 1e3).collect(),
+            itl_us: o.itl_us,
+            legacy_itl_ms: None,
             token_chunks: o.token_chunks,
             input_tokens,
             input_token_source,
@@ -328,8 +376,16 @@ impl RequestRecord {
     /// `itl_mean` (the per-request mean ITL; `itl` is every gap, pooled over the run).
     /// `None` without gaps (one chunk, or not streamed).
     pub fn itl_mean_ms(&self) -> Option<f64> {
-        (!self.itl_ms.is_empty())
-            .then(|| self.itl_ms.iter().sum::<f64>() / self.itl_ms.len() as f64)
+        (!self.itl_us.is_empty()).then(|| {
+            self.itl_us.iter().map(|&g| u64::from(g)).sum::<u64>() as f64
+                / self.itl_us.len() as f64
+                / 1e3
+        })
+    }
+
+    /// The gaps between token-bearing chunks in milliseconds, in order.
+    pub fn itl_ms(&self) -> impl ExactSizeIterator<Item = f64> + '_ {
+        self.itl_us.iter().map(|&g| f64::from(g) / 1e3)
     }
 
     /// Whether the request completed.
@@ -400,5 +456,34 @@ mod tests {
         assert_eq!(r.e2e_ms, None);
         assert_eq!(r.ttft_ms, Some(50.0), "partial timings of failed requests are kept");
         assert_eq!(r.error_kind.as_deref(), Some("incomplete"));
+    }
+
+    /// Schema 2 writes the gaps as integer microseconds; schema 1's milliseconds read back
+    /// to the same record; both spellings at once are refused.
+    #[test]
+    fn gaps_in_microseconds_and_the_old_spelling() {
+        let o = Observation {
+            sent: Some(d(1)),
+            first_token: Some(d(2)),
+            end: d(9),
+            itl_us: vec![5_012, 1, 4_294_967_295],
+            token_chunks: 4,
+            streamed: true,
+            ..Observation::default()
+        };
+        let r = RequestRecord::from_observation(o);
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(line.contains(r#""itl_us":[5012,1,4294967295]"#), "{line}");
+        assert!(!line.contains("itl_ms"), "{line}");
+        assert_eq!(serde_json::from_str::<RequestRecord>(&line).unwrap(), r);
+        let old = line
+            .replace(r#""itl_us":[5012,1,4294967295]"#, r#""itl_ms":[5.012,0.001,4294967.295]"#);
+        assert_eq!(serde_json::from_str::<RequestRecord>(&old).unwrap(), r);
+        assert_eq!(r.itl_ms().collect::<Vec<_>>(), vec![5.012, 0.001, 4_294_967.295]);
+        let both = line.replace(r#""itl_us""#, r#""itl_ms":[1.0],"itl_us""#);
+        let e = serde_json::from_str::<RequestRecord>(&both).unwrap_err().to_string();
+        assert!(e.contains("both itl_us and itl_ms"), "{e}");
+        let bad = line.replace(r#""itl_us":[5012,1,4294967295]"#, r#""itl_ms":[-3.0]"#);
+        assert!(serde_json::from_str::<RequestRecord>(&bad).is_err());
     }
 }

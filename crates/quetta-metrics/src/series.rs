@@ -3,8 +3,9 @@
 //! Second `k` covers offsets `[k, k+1)` s of the measured phase. Per second: requests
 //! started (sent), requests ended, completed requests, output tokens of completed requests
 //! (counted in the second they ended), requests in flight at the start of the second
-//! (sent before it, not ended before it), and the mean TTFT of requests whose first token
-//! arrived in it.
+//! (sent before it, not ended before it), the mean TTFT of requests whose first token
+//! arrived in it, and the mean of the gaps between tokens that ended in it (completed
+//! requests).
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,10 @@ pub struct Second {
     pub output_tokens: u64,
     pub in_flight: u64,
     pub ttft_mean_ms: Option<f64>,
+    /// Mean of the gaps between tokens of completed requests whose later token arrived in
+    /// this second (absent in series written before schema 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_mean_ms: Option<f64>,
 }
 
 /// Accumulates the series as records arrive (any order).
@@ -31,6 +36,8 @@ pub struct SeriesBuilder {
     tokens: Vec<u64>,
     ttft_sum: Vec<f64>,
     ttft_n: Vec<u64>,
+    itl_sum_us: Vec<u64>,
+    itl_n: Vec<u64>,
     last_sent_s: Option<u64>,
 }
 
@@ -76,6 +83,16 @@ impl SeriesBuilder {
             *bump(&mut self.ttft_sum, sec(f)) += t;
             *bump(&mut self.ttft_n, sec(f)) += 1;
         }
+        if let (true, Some(f)) = (r.ok(), r.first_token_offset_ms) {
+            // each gap in the second its later token arrived (never after the request's end)
+            let mut at_us = (f.max(0.0) * 1e3).round() as u64;
+            for &g in &r.itl_us {
+                at_us += u64::from(g);
+                let k = ((at_us / 1_000_000) as usize).min(e);
+                *bump(&mut self.itl_sum_us, k) += u64::from(g);
+                *bump(&mut self.itl_n, k) += 1;
+            }
+        }
     }
 
     /// The series, one entry per second from 0 to the last event.
@@ -87,6 +104,7 @@ impl SeriesBuilder {
         for k in 0..n {
             let in_flight = started.saturating_sub(ended);
             let c = g(&self.ttft_n, k);
+            let gaps = g(&self.itl_n, k);
             out.push(Second {
                 t_s: k as u64,
                 sent: g(&self.sent, k),
@@ -95,6 +113,8 @@ impl SeriesBuilder {
                 output_tokens: g(&self.tokens, k),
                 in_flight,
                 ttft_mean_ms: (c > 0).then(|| (self.ttft_sum[k] / c as f64 * 1e3).round() / 1e3),
+                itl_mean_ms: (gaps > 0)
+                    .then(|| (self.itl_sum_us[k] as f64 / gaps as f64).round() / 1e3),
             });
             started += g(&self.sent, k);
             ended += g(&self.ended, k);
@@ -178,6 +198,35 @@ mod tests {
         let st = s.steadiness(&series).unwrap();
         assert!(st.over_saturated, "{st:?}");
         assert!(st.in_flight_second_half > st.in_flight_first_half * 1.2);
+    }
+
+    /// Each gap falls in the second its later token arrived; failed requests add none.
+    #[test]
+    fn itl_by_the_second_its_token_arrived() {
+        let d = Duration::from_millis;
+        let o = Observation {
+            intended: d(0),
+            started: d(0),
+            sent: Some(d(0)),
+            first_token: Some(d(850)),
+            end: d(1250),
+            streamed: true,
+            token_chunks: 5,
+            itl_us: vec![100_000, 100_000, 200_500, 99_500],
+            ..Observation::default()
+        };
+        let mut s = SeriesBuilder::default();
+        s.add(&RequestRecord::from_observation(o.clone()));
+        s.add(&RequestRecord::from_observation(Observation {
+            error: Some(quetta_engine::EngineError::Incomplete),
+            itl_us: vec![1; 9],
+            ..o
+        }));
+        let series = s.finish();
+        // 950 ms in second 0; 1050, 1250.5 and 1350 (after the end: its second) in second 1
+        assert_eq!(series[0].itl_mean_ms, Some(100.0));
+        assert_eq!(series[1].itl_mean_ms, Some(133.333));
+        assert_eq!(series.len(), 2);
     }
 
     /// A short closed loop (16 in flight from the start, 656 ms each, 100 requests: the

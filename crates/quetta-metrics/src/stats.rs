@@ -16,6 +16,56 @@ pub fn median(v: &[f64]) -> Option<f64> {
     Some(if s.len() % 2 == 1 { s[m] } else { f64::midpoint(s[m - 1], s[m]) })
 }
 
+/// A uniform sample of at most `cap` values of a stream (reservoir sampling, Algorithm R):
+/// every value while there are at most `cap`; then each value seen so far is kept with
+/// probability `cap / seen`. Draws come from a ChaCha8 stream seeded at creation, so the same
+/// values in the same order give the same sample.
+#[derive(Debug, Clone)]
+pub struct Reservoir {
+    cap: usize,
+    /// The values seen.
+    pub seen: usize,
+    /// The values kept: all of them, or the sample.
+    pub kept: Vec<f64>,
+    rng: ChaCha8Rng,
+}
+
+impl Reservoir {
+    pub fn new(cap: usize, seed: u64) -> Self {
+        Self { cap: cap.max(1), seen: 0, kept: Vec::new(), rng: ChaCha8Rng::seed_from_u64(seed) }
+    }
+
+    pub fn push(&mut self, v: f64) {
+        self.seen += 1;
+        if self.kept.len() < self.cap {
+            self.kept.push(v);
+        } else {
+            let j = self.rng.gen_range(0..self.seen);
+            if j < self.cap {
+                self.kept[j] = v;
+            }
+        }
+    }
+
+    /// Whether every value seen was kept.
+    pub fn whole(&self) -> bool {
+        self.seen == self.kept.len()
+    }
+}
+
+/// The median of scratch values, reordering them (linear time).
+fn median_in_place(s: &mut [f64]) -> f64 {
+    let (n, m) = (s.len(), s.len() / 2);
+    let (lo, hi, _) = s.select_nth_unstable_by(m, f64::total_cmp);
+    let hi = *hi;
+    if n % 2 == 1 {
+        hi
+    } else {
+        // the largest of the lower half
+        f64::midpoint(lo.iter().copied().fold(f64::NEG_INFINITY, f64::max), hi)
+    }
+}
+
 /// Two-sided Mann-Whitney U test (normal approximation with tie correction): the p-value of
 /// "a and b come from the same distribution". 1.0 when either sample is empty or all values
 /// are tied.
@@ -77,7 +127,7 @@ pub fn bootstrap_median_delta(
             for x in &mut rb {
                 *x = b[rng.gen_range(0..b.len())];
             }
-            median(&rb).unwrap_or(0.0) - median(&ra).unwrap_or(0.0)
+            median_in_place(&mut rb) - median_in_place(&mut ra)
         })
         .collect();
     d.sort_by(f64::total_cmp);
@@ -88,6 +138,28 @@ pub fn bootstrap_median_delta(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// All values up to the cap, then a sample of the cap whose every part of the stream is
+    /// kept in proportion; seeded.
+    #[test]
+    fn a_reservoir_keeps_a_uniform_seeded_sample() {
+        let mut r = Reservoir::new(1000, 42);
+        (0..1000).for_each(|i| r.push(f64::from(i)));
+        assert!(r.whole());
+        assert_eq!(r.kept, (0..1000).map(f64::from).collect::<Vec<_>>());
+        (1000..100_000).for_each(|i| r.push(f64::from(i)));
+        assert!(!r.whole());
+        assert_eq!((r.seen, r.kept.len()), (100_000, 1000));
+        // a tenth of the stream: about a tenth of the sample (binomial sd 9.5)
+        for k in 0..10 {
+            let lo = f64::from(k * 10_000);
+            let n = r.kept.iter().filter(|&&x| x >= lo && x < lo + 10_000.0).count();
+            assert!((60..=140).contains(&n), "tenth {k}: {n}");
+        }
+        let mut again = Reservoir::new(1000, 42);
+        (0..100_000).for_each(|i| again.push(f64::from(i)));
+        assert_eq!(again.kept, r.kept);
+    }
 
     #[test]
     fn mann_whitney_and_bootstrap() {
@@ -102,6 +174,11 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(&[]), None);
         assert_eq!(mann_whitney(&[], &a), 1.0);
+        for v in
+            [vec![3.0, 1.0, 2.0], vec![4.0, 1.0, 2.0, 3.0], vec![5.0], vec![2.0, 2.0, 1.0, 9.0]]
+        {
+            assert_eq!(Some(median_in_place(&mut v.clone())), median(&v), "{v:?}");
+        }
         // by hand: a = [1, 2, 4], b = [3, 5, 6]: R1 = 7, U1 = 1, mean 4.5, sd sqrt(5.25), z = 1.5275, p = 0.1266
         let p = mann_whitney(&[1.0, 2.0, 4.0], &[3.0, 5.0, 6.0]);
         assert!((p - 0.1266).abs() < 1e-3, "{p}");

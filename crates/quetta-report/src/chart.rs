@@ -273,21 +273,6 @@ pub fn svg(c: &Chart, w: f64, h: f64) -> String {
     s
 }
 
-/// The empirical CDF of `values`: (value, share ≤ value) at up to 400 points.
-pub fn cdf(values: &[f64]) -> Vec<(f64, f64)> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let step = (n / 400).max(1);
-    let mut out: Vec<(f64, f64)> =
-        (0..n).step_by(step).map(|i| (v[i], (i + 1) as f64 / n as f64)).collect();
-    out.push((v[n - 1], 1.0));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,9 +284,6 @@ mod tests {
         assert_eq!(t[1], 2.0);
         assert_eq!(tick_label(2.5), "2.5");
         assert_eq!(tick_label(1500.0), "1500");
-        let c = cdf(&[3.0, 1.0, 2.0]);
-        assert_eq!(c.first(), Some(&(1.0, 1.0 / 3.0)));
-        assert_eq!(c.last(), Some(&(3.0, 1.0)));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use quetta_metrics::stats::{bootstrap_median_delta, mann_whitney, median};
+use quetta_metrics::stats::{bootstrap_median_delta, mann_whitney, median, Reservoir};
 use quetta_metrics::RequestRecord;
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,10 @@ pub struct MetricComparison {
     /// Requests on each side.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<[usize; 2]>,
+    /// Values the interval and the test used on each side, when a side had more than
+    /// [`COMPARE_SAMPLE`] and was sampled (the medians stay those of every request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<[usize; 2]>,
 }
 
 /// `compare.json` (written into the candidate's directory).
@@ -153,17 +157,32 @@ impl CompareReport {
 /// The per-request metrics a comparison tests.
 const PER_REQUEST: [&str; 4] = ["ttft_ms", "tpot_ms", "itl_request_mean_ms", "e2e_ms"];
 
-fn values(recs: &[RequestRecord], metric: &str) -> Vec<f64> {
-    recs.iter()
-        .filter(|r| r.ok())
-        .filter_map(|r| match metric {
-            "ttft_ms" => r.ttft_ms,
-            "tpot_ms" => r.tpot_ms,
-            "e2e_ms" => r.e2e_ms,
-            "itl_request_mean_ms" => r.itl_mean_ms(),
-            _ => None,
-        })
-        .collect()
+/// Values a comparison tests per metric and side: every value of a run of up to this many
+/// requests, a seeded uniform sample of this many of a larger one.
+pub const COMPARE_SAMPLE: usize = 50_000;
+
+/// A side's kept values of one metric ([`COMPARE_SAMPLE`] at most; a fixed seed, so the
+/// same file gives the same sample).
+type Sample = Reservoir;
+
+fn samples(n: usize) -> [Sample; 4] {
+    std::array::from_fn(|_| Reservoir::new(n, 42))
+}
+
+/// The value of a per-request metric of [`PER_REQUEST`] for a completed request.
+fn value(r: &RequestRecord, metric: usize) -> Option<f64> {
+    match metric {
+        0 => r.ttft_ms,
+        1 => r.tpot_ms,
+        2 => r.itl_mean_ms(),
+        _ => r.e2e_ms,
+    }
+}
+
+/// The summary's median of a metric of [`PER_REQUEST`] (its histogram, 3 significant digits).
+fn summary_median(s: &Summary, metric: usize) -> Option<f64> {
+    let m = &s.metrics;
+    [&m.ttft_ms, &m.tpot_ms, &m.itl_request_mean_ms, &m.e2e_ms][metric.min(3)].p50
 }
 
 /// One side of a comparison: a Quetta run directory, or the result file of
@@ -174,8 +193,12 @@ pub struct CompareSide {
     pub path: String,
     /// The run's summary (a Quetta run), for its settings, machine and target.
     summary: Option<Box<Summary>>,
-    /// Per-request values of each metric of [`PER_REQUEST`], completed requests only (ms).
-    values: [Vec<f64>; 4],
+    /// Per-request values of each metric of [`PER_REQUEST`], completed requests only (ms):
+    /// all of them, or a sample of [`COMPARE_SAMPLE`].
+    values: [Sample; 4],
+    /// Each metric's median over every completed request: exact, or (a run of more than
+    /// [`COMPARE_SAMPLE`] requests) its summary's p50.
+    medians: [Option<f64>; 4],
     request_throughput: f64,
     output_token_throughput: f64,
     /// A vLLM result file: its model, date (`YYYYMMDD-HHMMSS`), label, and whether it held
@@ -217,20 +240,50 @@ struct VllmDetailed {
 impl CompareSide {
     /// A run directory, or (a file) a vLLM result JSON.
     pub fn open(path: &std::path::Path) -> Result<Self, ReportError> {
+        Self::open_with(path, COMPARE_SAMPLE)
+    }
+
+    /// [`CompareSide::open`] keeping at most `sample` values per metric for the tests (all
+    /// of them up to `sample`, a seeded uniform sample beyond).
+    pub fn open_with(path: &std::path::Path, sample: usize) -> Result<Self, ReportError> {
         if path.is_dir() {
-            Self::from_run(&RunDir::open(path)?)
+            Self::read_run(&RunDir::open(path)?, sample)
         } else {
-            Self::from_vllm(path)
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ReportError::Read { path: path.display().to_string(), source: e })?;
+            Self::read_vllm(&text, path, sample)
         }
     }
 
-    /// A Quetta run.
+    /// A Quetta run, read in one streamed pass: memory holds the samples, not the records.
     pub fn from_run(run: &RunDir) -> Result<Self, ReportError> {
+        Self::read_run(run, COMPARE_SAMPLE)
+    }
+
+    fn read_run(run: &RunDir, sample: usize) -> Result<Self, ReportError> {
         let s = run.read_summary()?;
-        let recs = run.read_records()?.records;
+        let mut values = samples(sample);
+        run.for_each_record(|r| {
+            if r.ok() {
+                for (i, v) in values.iter_mut().enumerate() {
+                    if let Some(x) = value(&r, i) {
+                        v.push(x);
+                    }
+                }
+            }
+        })?;
+        // a sample's median is an estimate: the summary's is of every request
+        let medians = [0, 1, 2, 3].map(|i| {
+            if values[i].whole() {
+                median(&values[i].kept)
+            } else {
+                summary_median(&s, i)
+            }
+        });
         Ok(Self {
             path: run.path().display().to_string(),
-            values: PER_REQUEST.map(|m| values(&recs, m)),
+            values,
+            medians,
             request_throughput: s.metrics.request_throughput,
             output_token_throughput: s.metrics.output_token_throughput,
             summary: Some(Box::new(s)),
@@ -250,6 +303,10 @@ impl CompareSide {
 
     /// [`CompareSide::from_vllm`] of the file's text (`path` names it in errors).
     pub fn parse_vllm(text: &str, path: &std::path::Path) -> Result<Self, ReportError> {
+        Self::read_vllm(text, path, COMPARE_SAMPLE)
+    }
+
+    fn read_vllm(text: &str, path: &std::path::Path, sample: usize) -> Result<Self, ReportError> {
         let v: VllmDetailed = serde_json::from_str(text).map_err(|e| ReportError::Parse {
             path: path.display().to_string(),
             line: e.line(),
@@ -270,7 +327,7 @@ impl CompareSide {
                 l.len()
             )));
         }
-        let mut values: [Vec<f64>; 4] = Default::default();
+        let mut all: [Vec<f64>; 4] = Default::default();
         for i in 0..n {
             if v.errors.get(i).is_some_and(|e| !e.is_empty()) {
                 continue;
@@ -281,19 +338,28 @@ impl CompareSide {
                 .latencies
                 .as_ref()
                 .map_or_else(|| ttft + gaps.iter().sum::<f64>() * 1e3, |l| l[i] * 1e3);
-            values[0].push(ttft);
+            all[0].push(ttft);
             if v.output_lens[i] > 1 {
-                values[1].push((e2e - ttft) / (v.output_lens[i] - 1) as f64);
+                all[1].push((e2e - ttft) / (v.output_lens[i] - 1) as f64);
             }
             if !gaps.is_empty() {
-                values[2].push(gaps.iter().sum::<f64>() * 1e3 / gaps.len() as f64);
+                all[2].push(gaps.iter().sum::<f64>() * 1e3 / gaps.len() as f64);
             }
-            values[3].push(e2e);
+            all[3].push(e2e);
+        }
+        // the file is in memory whole: its medians are exact whatever its size
+        let medians = [0, 1, 2, 3].map(|i| median(&all[i]));
+        let mut values = samples(sample);
+        for (s, a) in values.iter_mut().zip(all) {
+            for x in a {
+                s.push(x);
+            }
         }
         Ok(Self {
             path: path.display().to_string(),
             summary: None,
             values,
+            medians,
             request_throughput: v.request_throughput,
             output_token_throughput: v.output_throughput,
             vllm: Some(VllmSide {
@@ -442,6 +508,31 @@ fn context_notes(b: &CompareSide, c: &CompareSide, opts: &CompareOptions) -> (Ve
     (notes, stale)
 }
 
+/// Per metric of [`PER_REQUEST`]: the bootstrap interval of the difference of medians and
+/// the Mann-Whitney p-value over the kept values (`None` with fewer than 2 on a side), the
+/// metrics on threads of their own (the bootstrap is the cost of a comparison).
+fn tests(b: &CompareSide, c: &CompareSide, resamples: usize) -> [Option<((f64, f64), f64)>; 4] {
+    std::thread::scope(|sc| {
+        let jobs: Vec<_> = (0..4)
+            .map(|i| {
+                let (x, y) = (&b.values[i].kept, &c.values[i].kept);
+                sc.spawn(move || {
+                    if x.len() < 2 || y.len() < 2 {
+                        return None;
+                    }
+                    let ci = bootstrap_median_delta(x, y, resamples, 42).unwrap_or((0.0, 0.0));
+                    Some((ci, mann_whitney(x, y)))
+                })
+            })
+            .collect();
+        let mut out = [None; 4];
+        for (o, j) in out.iter_mut().zip(jobs) {
+            *o = j.join().unwrap_or(None);
+        }
+        out
+    })
+}
+
 /// Compare two runs: each per-request metric's medians with a bootstrap interval and a
 /// Mann-Whitney U test, the throughputs, the settings that differ, and the regressions.
 pub fn compare(
@@ -474,15 +565,14 @@ pub fn compare_sides(
     }
     let mut metrics = Vec::new();
     let mut regressions = Vec::new();
+    let tests = tests(b, c, opts.resamples);
     for (i, m) in PER_REQUEST.iter().enumerate() {
         let (x, y) = (&b.values[i], &c.values[i]);
-        let (Some(mx), Some(my)) = (median(x), median(y)) else { continue };
-        if x.len() < 2 || y.len() < 2 {
+        let (Some(mx), Some(my), Some(((lo, hi), p))) = (b.medians[i], c.medians[i], tests[i])
+        else {
             continue;
-        }
+        };
         let rel = if mx > 0.0 { (my - mx) / mx } else { 0.0 };
-        let (lo, hi) = bootstrap_median_delta(x, y, opts.resamples, 42).unwrap_or((0.0, 0.0));
-        let p = mann_whitney(x, y);
         let significant = p < opts.alpha && (lo > 0.0 || hi < 0.0);
         let verdict = match (significant, rel > 0.0) {
             (true, true) => "slower (significant)",
@@ -503,7 +593,8 @@ pub fn compare_sides(
             p_value: Some(p),
             significant: Some(significant),
             verdict: Some(verdict.into()),
-            n: Some([x.len(), y.len()]),
+            n: Some([x.seen, y.seen]),
+            sampled: (!x.whole() || !y.whole()).then_some([x.kept.len(), y.kept.len()]),
         });
     }
     for (k, x, y) in [
@@ -522,6 +613,7 @@ pub fn compare_sides(
             significant: None,
             verdict: None,
             n: None,
+            sampled: None,
         });
     }
     Ok(CompareReport {

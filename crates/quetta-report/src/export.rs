@@ -77,7 +77,7 @@ fn csv_row(r: &RequestRecord) -> String {
         num(r.e2e_from_intended_ms),
         r.queue_ms.to_string(),
         r.schedule_lag_ms.to_string(),
-        r.itl_ms.len().to_string(),
+        r.itl_us.len().to_string(),
         num(r.itl_mean_ms()),
         r.token_chunks.to_string(),
         num(r.input_tokens),
@@ -273,38 +273,146 @@ fn vllm_percentiles(
     out
 }
 
-/// The most requests in flight at once: a sweep over send (+1) and end (−1) times.
-fn max_in_flight(recs: &[RequestRecord]) -> u64 {
-    let mut ev: Vec<(f64, i64)> = Vec::with_capacity(recs.len() * 2);
-    for r in recs {
-        if let Some(sent) = r.sent_offset_ms {
-            ev.push((sent, 1));
-            ev.push((r.end_offset_ms.max(sent), -1));
-        }
-    }
-    // ends before starts at one instant: a slot handed on is not two in flight
-    ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut now, mut peak) = (0i64, 0i64);
-    for (_, d) in ev {
-        now += d;
-        peak = peak.max(now);
-    }
-    u64::try_from(peak).unwrap_or(0)
+/// Microseconds of a millisecond value of a record (kept to the microsecond).
+fn us(ms: f64) -> i64 {
+    (ms * 1e3).round() as i64
 }
 
-/// The most token-bearing chunks that arrived within one whole second of the run.
-fn max_tokens_per_s(recs: &[RequestRecord]) -> f64 {
-    let mut per_s: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
-    for r in recs.iter().filter(|r| r.ok()) {
-        let Some(mut t) = r.first_token_offset_ms else { continue };
-        *per_s.entry((t.max(0.0) / 1e3) as u64).or_default() += 1;
-        for g in &r.itl_ms {
-            t += g;
-            *per_s.entry((t.max(0.0) / 1e3) as u64).or_default() += 1;
+/// vLLM's two peaks, by its own definitions (`vllm bench serve`): over completed requests,
+/// in seconds counted from the earliest send of one, `max_concurrent_requests` is the most
+/// requests active during one such second (a request counts in every second from its
+/// send's to its end's) and `max_output_tokens_per_s` the most tokens (token-bearing
+/// chunks: the first at TTFT, then one per gap) arriving in one. Memory: two counters per
+/// second of the run, whatever the number of requests.
+#[derive(Debug, Default)]
+struct VllmPeaks {
+    origin_us: i64,
+    active: Vec<u64>,
+    tokens: Vec<u64>,
+}
+
+/// A completed request's send, in microseconds (what vLLM's peaks count from).
+fn vllm_send_us(r: &RequestRecord) -> Option<i64> {
+    r.sent_offset_ms.filter(|_| r.ok() && r.e2e_ms.is_some()).map(us)
+}
+
+fn bump_second(v: &mut Vec<u64>, k: usize) -> &mut u64 {
+    if v.len() <= k {
+        v.resize(k + 1, 0);
+    }
+    &mut v[k]
+}
+
+impl VllmPeaks {
+    fn new(origin_us: i64) -> Self {
+        Self { origin_us, ..Self::default() }
+    }
+
+    fn second(&self, t_us: i64) -> usize {
+        usize::try_from((t_us - self.origin_us).max(0) / 1_000_000).unwrap_or(0)
+    }
+
+    fn add(&mut self, r: &RequestRecord) {
+        let Some(sent) = vllm_send_us(r) else { return };
+        let end = sent + us(r.e2e_ms.unwrap_or(0.0));
+        let (a, b) = (self.second(sent), self.second(end));
+        bump_second(&mut self.active, b);
+        for c in &mut self.active[a..=b] {
+            *c += 1;
+        }
+        let mut t = sent + us(r.ttft_ms.unwrap_or(0.0));
+        let k = self.second(t);
+        *bump_second(&mut self.tokens, k) += 1;
+        for &g in &r.itl_us {
+            t += i64::from(g);
+            let k = self.second(t);
+            *bump_second(&mut self.tokens, k) += 1;
         }
     }
-    per_s.values().copied().max().unwrap_or(0) as f64
+
+    /// (`max_concurrent_requests`, `max_output_tokens_per_s`).
+    fn finish(&self) -> (u64, f64) {
+        let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+        (max(&self.active), max(&self.tokens) as f64)
+    }
 }
+
+/// One request's entries in vLLM's per-request lists, in [`VLLM_LISTS`] order.
+struct VllmRow {
+    input_len: u64,
+    output_len: u64,
+    ttft: f64,
+    itl: Vec<f64>,
+    text: String,
+    error: String,
+    latency: f64,
+    queue: f64,
+    start: f64,
+}
+
+/// JSON text of a value, as `serde_json` writes it (compact).
+fn json_text<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+impl VllmRow {
+    /// Failed requests have 0 for their output length, TTFT and latency and no gaps, as vLLM
+    /// writes them; times in seconds.
+    fn of(r: &RequestRecord) -> Self {
+        let ok = r.ok();
+        Self {
+            input_len: r.input_tokens.unwrap_or(0),
+            output_len: if ok { r.output_tokens.unwrap_or(0) } else { 0 },
+            ttft: if ok { r.ttft_ms.unwrap_or(0.0) / 1e3 } else { 0.0 },
+            itl: if ok { r.itl_ms().map(|g| g / 1e3).collect() } else { Vec::new() },
+            text: r.text.clone().unwrap_or_default(),
+            error: r.error.clone().unwrap_or_default(),
+            latency: if ok { r.e2e_ms.unwrap_or(0.0) / 1e3 } else { 0.0 },
+            queue: r.queue_ms / 1e3,
+            start: r.sent_offset_ms.unwrap_or(r.started_offset_ms) / 1e3,
+        }
+    }
+
+    fn push(self, v: &mut VllmResult) {
+        v.input_lens.push(self.input_len);
+        v.output_lens.push(self.output_len);
+        v.ttfts.push(self.ttft);
+        v.itls.push(self.itl);
+        v.generated_texts.push(self.text);
+        v.errors.push(self.error);
+        v.latencies.push(self.latency);
+        v.queue_times.push(self.queue);
+        v.start_times.push(self.start);
+    }
+
+    /// Each entry as JSON text, in [`VLLM_LISTS`] order.
+    fn json(&self) -> [String; 9] {
+        [
+            json_text(&self.input_len),
+            json_text(&self.output_len),
+            json_text(&self.ttft),
+            json_text(&self.itl),
+            json_text(&self.text),
+            json_text(&self.error),
+            json_text(&self.latency),
+            json_text(&self.queue),
+            json_text(&self.start),
+        ]
+    }
+}
+
+/// vLLM's per-request lists, in the order [`VllmResult`] writes them.
+const VLLM_LISTS: [&str; 9] = [
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "generated_texts",
+    "errors",
+    "latencies",
+    "queue_times",
+    "start_times",
+];
 
 /// vLLM's `request_rate`: a number, or the string `"inf"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -318,7 +426,8 @@ fn stats4(s: &Stats) -> [Option<f64>; 4] {
     [s.mean, s.p50, s.stddev, s.p99]
 }
 
-/// The vLLM result JSON of a run.
+/// The vLLM result JSON of a run, in memory (every record's lists at once; for a run of
+/// any size, [`write_vllm`] streams the same file).
 pub fn vllm(run: &RunDir) -> Result<VllmResult, ReportError> {
     let s = run.read_summary()?;
     let recs = run.read_records()?.records;
@@ -327,6 +436,128 @@ pub fn vllm(run: &RunDir) -> Result<VllmResult, ReportError> {
 
 /// The vLLM result JSON of a summary and its records.
 pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
+    let origin = recs.iter().filter_map(vllm_send_us).min().unwrap_or(0);
+    let mut peaks = VllmPeaks::new(origin);
+    for r in recs {
+        peaks.add(r);
+    }
+    let mut v = vllm_head(s, recs.len(), peaks.finish());
+    for r in recs {
+        VllmRow::of(r).push(&mut v);
+    }
+    v
+}
+
+/// Write the vLLM result JSON of a run to `to`, streaming: two passes over requests.jsonl
+/// (the earliest completed send, then the lists), each list spilled to its own file beside
+/// `to` as it is read, then copied into place; memory holds one record and two counters per
+/// second. The bytes are those [`crate::RunDir::write_vllm`] writes of [`vllm`] (a test
+/// holds it). Returns the file's fields but its per-request lists, which stay empty.
+pub fn write_vllm(run: &RunDir, to: &Path) -> Result<VllmResult, ReportError> {
+    use std::io::Write;
+    let s = run.read_summary()?;
+    let mut origin: Option<i64> = None;
+    run.for_each_record(|r| {
+        if let Some(t) = vllm_send_us(&r) {
+            origin = Some(origin.map_or(t, |o| o.min(t)));
+        }
+    })?;
+    let spill = Spill::new(to);
+    let mut lists = spill.writers()?;
+    let mut peaks = VllmPeaks::new(origin.unwrap_or(0));
+    let (mut n, mut err) = (0usize, None);
+    run.for_each_record(|r| {
+        peaks.add(&r);
+        let sep: &[u8] = if n == 0 { b"" } else { b"," };
+        for (w, text) in lists.iter_mut().zip(VllmRow::of(&r).json()) {
+            if let Err(e) = w.write_all(sep).and_then(|()| w.write_all(text.as_bytes())) {
+                err.get_or_insert(e);
+            }
+        }
+        n += 1;
+    })?;
+    let werr = |source| ReportError::Write { path: to.display().to_string(), source };
+    if let Some(e) = err {
+        return Err(werr(e));
+    }
+    for w in &mut lists {
+        w.flush().map_err(werr)?;
+    }
+    drop(lists);
+    let head = vllm_head(&s, n, peaks.finish());
+    spill.assemble(&head, to)?;
+    Ok(head)
+}
+
+/// The name `vllm bench serve --save-result` gives the result file of a run
+/// ([`VllmResult::file_name`]).
+pub fn vllm_file_name(s: &Summary) -> String {
+    vllm_head(s, 0, (0, 0.0)).file_name()
+}
+
+/// The spill files of [`write_vllm`] (`.NAME.LIST.part` beside the file), removed when
+/// dropped.
+struct Spill {
+    paths: Vec<std::path::PathBuf>,
+}
+
+impl Spill {
+    fn new(to: &Path) -> Self {
+        let name = to.file_name().map_or("vllm".into(), |n| n.to_string_lossy().into_owned());
+        let dir = to.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Self { paths: VLLM_LISTS.iter().map(|k| dir.join(format!(".{name}.{k}.part"))).collect() }
+    }
+
+    fn writers(&self) -> Result<Vec<std::io::BufWriter<std::fs::File>>, ReportError> {
+        self.paths
+            .iter()
+            .map(|p| {
+                std::fs::File::create(p)
+                    .map(|f| std::io::BufWriter::with_capacity(1 << 16, f))
+                    .map_err(|source| ReportError::Write { path: p.display().to_string(), source })
+            })
+            .collect()
+    }
+
+    /// `head` as JSON with each empty list replaced by its spill file's entries.
+    fn assemble(&self, head: &VllmResult, to: &Path) -> Result<(), ReportError> {
+        use std::io::Write;
+        let werr = |source| ReportError::Write { path: to.display().to_string(), source };
+        let text = serde_json::to_string(head).map_err(|e| ReportError::Invalid(e.to_string()))?;
+        let f = std::fs::File::create(to).map_err(werr)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+        let mut at = 0;
+        for (k, p) in VLLM_LISTS.iter().zip(&self.paths) {
+            // the lists' keys, in order; a key inside a string is escaped (\"), so the
+            // first match after the previous list is the key itself
+            let marker = format!("\"{k}\":[]");
+            let Some(i) = text[at..].find(&marker).map(|i| i + at) else {
+                return Err(ReportError::Invalid(format!("vLLM result: no list {k} to fill")));
+            };
+            w.write_all(&text.as_bytes()[at..i]).map_err(werr)?;
+            write!(w, "\"{k}\":[").map_err(werr)?;
+            let mut f = std::fs::File::open(p)
+                .map_err(|source| ReportError::Read { path: p.display().to_string(), source })?;
+            std::io::copy(&mut f, &mut w).map_err(werr)?;
+            w.write_all(b"]").map_err(werr)?;
+            at = i + marker.len();
+        }
+        w.write_all(&text.as_bytes()[at..]).map_err(werr)?;
+        w.write_all(b"\n").map_err(werr)?;
+        w.flush().map_err(werr)
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A vLLM result of `n` requests with its lists empty and the given peaks.
+fn vllm_head(s: &Summary, n: usize, (peak, tokens_per_s): (u64, f64)) -> VllmResult {
     let m = &s.metrics;
     let [mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms] = stats4(&m.ttft_ms);
     let [mean_tpot_ms, median_tpot_ms, std_tpot_ms, p99_tpot_ms] = stats4(&m.tpot_ms);
@@ -343,7 +574,7 @@ pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
         backend: vllm_backend(c).into(),
         model_id: s.target.model.clone(),
         tokenizer_id: c.tokenizer.clone(),
-        num_prompts: recs.len(),
+        num_prompts: n,
         request_rate: c
             .request_rate
             .map_or_else(|| VllmRate::Unbounded("inf".into()), VllmRate::Rate),
@@ -358,21 +589,12 @@ pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
         request_goodput: m.goodput.as_ref().map(|g| g.request_rate),
         output_throughput: m.output_token_throughput,
         total_token_throughput: m.total_token_throughput,
-        input_lens: recs.iter().map(|r| r.input_tokens.unwrap_or(0)).collect(),
-        output_lens: recs
-            .iter()
-            .map(|r| if r.ok() { r.output_tokens.unwrap_or(0) } else { 0 })
-            .collect(),
-        ttfts: recs
-            .iter()
-            .map(|r| if r.ok() { r.ttft_ms.unwrap_or(0.0) / 1e3 } else { 0.0 })
-            .collect(),
-        itls: recs
-            .iter()
-            .map(|r| if r.ok() { r.itl_ms.iter().map(|x| x / 1e3).collect() } else { Vec::new() })
-            .collect(),
-        generated_texts: recs.iter().map(|r| r.text.clone().unwrap_or_default()).collect(),
-        errors: recs.iter().map(|r| r.error.clone().unwrap_or_default()).collect(),
+        input_lens: Vec::new(),
+        output_lens: Vec::new(),
+        ttfts: Vec::new(),
+        itls: Vec::new(),
+        generated_texts: Vec::new(),
+        errors: Vec::new(),
         mean_ttft_ms,
         median_ttft_ms,
         std_ttft_ms,
@@ -391,17 +613,11 @@ pub fn vllm_result(s: &Summary, recs: &[RequestRecord]) -> VllmResult {
         p99_e2el_ms,
         endpoint_type: vllm_backend(c).into(),
         label: c.label.clone(),
-        latencies: recs
-            .iter()
-            .map(|r| if r.ok() { r.e2e_ms.unwrap_or(0.0) / 1e3 } else { 0.0 })
-            .collect(),
-        queue_times: recs.iter().map(|r| r.queue_ms / 1e3).collect(),
-        start_times: recs
-            .iter()
-            .map(|r| r.sent_offset_ms.unwrap_or(r.started_offset_ms) / 1e3)
-            .collect(),
-        max_concurrent_requests: max_in_flight(recs),
-        max_output_tokens_per_s: max_tokens_per_s(recs),
+        latencies: Vec::new(),
+        queue_times: Vec::new(),
+        start_times: Vec::new(),
+        max_concurrent_requests: peak,
+        max_output_tokens_per_s: tokens_per_s,
         rtfx: 0.0,
         percentiles: vllm_percentiles(m),
     }

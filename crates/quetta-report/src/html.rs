@@ -4,18 +4,19 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use quetta_metrics::series::Second;
-use quetta_metrics::RequestRecord;
+use quetta_metrics::series::{Second, SeriesBuilder};
+use quetta_metrics::Metric;
 
-use crate::chart::{cdf, svg, Chart, Series};
+use crate::chart::{svg, Chart, Series};
 use crate::{ReportError, RunDir, Summary, SweepReport};
 
-/// A run's results as read back from its directory.
+/// A run's results as read back from its directory: what its reports draw. The CDFs come
+/// from the summary's histograms and the over-time charts from the time series, so a
+/// report holds no record, whatever the number of requests.
 #[derive(Debug, Clone)]
 pub struct RunData {
     pub dir: PathBuf,
     pub summary: Summary,
-    pub records: Vec<RequestRecord>,
     pub series: Vec<Second>,
 }
 
@@ -35,15 +36,22 @@ pub enum Results {
     Sweep(Box<SweepData>),
 }
 
-/// Read a run directory (summary.json, requests.jsonl, timeseries.jsonl).
+/// Read a run directory (summary.json and timeseries.jsonl). A series of schema 1 has no
+/// ITL per second: it is filled in from one streamed pass over requests.jsonl.
 pub fn load_run(dir: &Path) -> Result<RunData, ReportError> {
     let d = RunDir::open(dir)?;
-    Ok(RunData {
-        dir: dir.to_path_buf(),
-        summary: d.read_summary()?,
-        records: d.read_records()?.records,
-        series: d.read_series()?,
-    })
+    let summary = d.read_summary()?;
+    let mut series = d.read_series()?;
+    let gaps = summary.metrics.itl_ms.count > 0;
+    if gaps && series.iter().all(|s| s.itl_mean_ms.is_none()) {
+        let mut b = SeriesBuilder::default();
+        d.for_each_record(|r| b.add(&r))?;
+        let rebuilt = b.finish();
+        for s in &mut series {
+            s.itl_mean_ms = rebuilt.get(s.t_s as usize).and_then(|x| x.itl_mean_ms);
+        }
+    }
+    Ok(RunData { dir: dir.to_path_buf(), summary, series })
 }
 
 /// Read a run or a sweep directory.
@@ -91,27 +99,28 @@ fn drawable(mut charts: Vec<Chart>) -> Vec<Chart> {
     charts
 }
 
+/// Points of a CDF chart.
+const CDF_POINTS: usize = 400;
+
 /// The charts of one run (also drawn by the PDF report): each latency on its own axis,
 /// over-time charts only for runs of at least 5 s, and no chart without data.
 pub fn run_charts(r: &RunData) -> Vec<Chart> {
-    let ok: Vec<&RequestRecord> = r.records.iter().filter(|x| x.ok()).collect();
-    let vals =
-        |f: fn(&RequestRecord) -> Option<f64>| ok.iter().filter_map(|x| f(x)).collect::<Vec<f64>>();
+    let agg = &r.summary.aggregate;
+    let cdf = |m: Metric| agg.cdf(m, CDF_POINTS);
     let share = "share of requests";
-    let gaps: Vec<f64> = ok.iter().flat_map(|x| x.itl_ms.iter().copied()).collect();
     let mut charts = vec![
         line(
             "TTFT CDF",
             "time to first token (ms)",
             share,
-            vec![named("TTFT", cdf(&vals(|x| x.ttft_ms)))],
+            vec![named("TTFT", cdf(Metric::Ttft))],
             false,
         ),
         line(
             "E2E latency CDF",
             "end-to-end latency (ms)",
             share,
-            vec![named("E2E", cdf(&vals(|x| x.e2e_ms)))],
+            vec![named("E2E", cdf(Metric::E2e))],
             false,
         ),
         line(
@@ -119,21 +128,21 @@ pub fn run_charts(r: &RunData) -> Vec<Chart> {
             "time per token (ms)",
             "share",
             vec![
-                named("TPOT (per request)", cdf(&vals(|x| x.tpot_ms))),
-                named("ITL (every gap)", cdf(&gaps)),
+                named("TPOT (per request)", cdf(Metric::Tpot)),
+                named("ITL (every gap)", cdf(Metric::Itl)),
             ],
             false,
         ),
     ];
     if r.series.len() >= MIN_SECONDS_FOR_SERIES {
-        charts.extend(over_time(r, &ok));
+        charts.extend(over_time(r));
     }
     drawable(charts)
 }
 
 /// TTFT, ITL, throughput and load per second of the run; the last, partial second's counts
 /// are divided by its length, so a run ending 0.2 s into a second shows no false drop.
-fn over_time(r: &RunData, ok: &[&RequestRecord]) -> Vec<Chart> {
+fn over_time(r: &RunData) -> Vec<Chart> {
     let t = "time since start (s)";
     let end = r.summary.metrics.duration_s;
     let per_s = |t_s: u64, n: u64| {
@@ -144,32 +153,28 @@ fn over_time(r: &RunData, ok: &[&RequestRecord]) -> Vec<Chart> {
             n as f64
         }
     };
-    let ttft: Vec<(f64, f64)> =
-        r.series.iter().filter_map(|s| s.ttft_mean_ms.map(|v| (s.t_s as f64 + 0.5, v))).collect();
-    // ITL over time: the gaps of completed requests, by the second they arrived in.
-    let mut sum = vec![0.0; r.series.len() + 1];
-    let mut n = vec![0u64; r.series.len() + 1];
-    for x in ok {
-        let (Some(first), false) = (x.first_token_offset_ms, x.itl_ms.is_empty()) else { continue };
-        let mut at = first;
-        for g in &x.itl_ms {
-            at += g;
-            let k = ((at / 1e3) as usize).min(sum.len() - 1);
-            sum[k] += g;
-            n[k] += 1;
-        }
-    }
-    let itl = (0..sum.len())
-        .filter(|&k| n[k] > 0)
-        .map(|k| (k as f64 + 0.5, sum[k] / n[k] as f64))
-        .collect();
+    let mean = |f: fn(&Second) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.series.iter().filter_map(|s| f(s).map(|v| (s.t_s as f64 + 0.5, v))).collect()
+    };
     let done = r.series.iter().map(|s| (s.t_s as f64 + 0.5, per_s(s.t_s, s.completed))).collect();
     let tokens =
         r.series.iter().map(|s| (s.t_s as f64 + 0.5, per_s(s.t_s, s.output_tokens))).collect();
     let in_flight = r.series.iter().map(|s| (s.t_s as f64, s.in_flight as f64)).collect();
     vec![
-        line("TTFT over time", t, "mean TTFT (ms)", vec![named("TTFT", ttft)], false),
-        line("ITL over time", t, "mean ITL (ms)", vec![named("ITL", itl)], false),
+        line(
+            "TTFT over time",
+            t,
+            "mean TTFT (ms)",
+            vec![named("TTFT", mean(|s| s.ttft_mean_ms))],
+            false,
+        ),
+        line(
+            "ITL over time",
+            t,
+            "mean ITL (ms)",
+            vec![named("ITL", mean(|s| s.itl_mean_ms))],
+            false,
+        ),
         line(
             "Output tokens over time",
             t,
@@ -224,14 +229,11 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
             format!("{kind} {}", crate::chart::figure(Some(st.value())))
         })
     };
-    let step_cdf = |f: fn(&RequestRecord) -> Option<f64>| -> Vec<Series> {
+    let step_cdf = |m: Metric| -> Vec<Series> {
         s.steps
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                let v: Vec<f64> = r.records.iter().filter(|x| x.ok()).filter_map(f).collect();
-                named(&label(i), cdf(&v))
-            })
+            .map(|(i, r)| named(&label(i), r.summary.aggregate.cdf(m, CDF_POINTS)))
             .collect()
     };
     drawable(vec![
@@ -264,14 +266,14 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
             "TTFT CDF by step",
             "time to first token (ms)",
             "share of requests",
-            step_cdf(|x| x.ttft_ms),
+            step_cdf(Metric::Ttft),
             false,
         ),
         line(
             "E2E latency CDF by step",
             "end-to-end latency (ms)",
             "share of requests",
-            step_cdf(|x| x.e2e_ms),
+            step_cdf(Metric::E2e),
             false,
         ),
     ])

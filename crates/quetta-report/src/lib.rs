@@ -25,6 +25,7 @@ mod sweep;
 
 pub use compare::{
     compare, compare_sides, CompareOptions, CompareReport, CompareSide, MetricComparison,
+    COMPARE_SAMPLE,
 };
 pub use dir::{files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest};
 pub use merge::{merge, MergeOptions};
@@ -102,13 +103,17 @@ impl RunDir {
         dir::write_json(&self.file(files::CORRECTNESS), r)
     }
 
-    /// Write vLLM's result JSON (`vllm_result.json` unless `to` says otherwise).
+    /// Write vLLM's result JSON (`vllm_result.json` unless `to` says otherwise), compact as
+    /// vLLM writes it; [`export::write_vllm`] streams the same bytes from the records.
     pub fn write_vllm(
         &self,
         r: &export::VllmResult,
         to: &std::path::Path,
     ) -> Result<(), ReportError> {
-        dir::write_json(to, r)
+        let text = serde_json::to_string(r)
+            .map_err(|e| ReportError::Invalid(format!("{}: {e}", to.display())))?;
+        std::fs::write(to, text + "\n")
+            .map_err(|source| ReportError::Write { path: to.display().to_string(), source })
     }
 }
 

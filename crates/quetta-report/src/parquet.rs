@@ -85,13 +85,8 @@ fn columns() -> Vec<(bool, Col)> {
         (true, Col::F64(|r| r.e2e_from_intended_ms)),
         (false, Col::F64(|r| Some(r.queue_ms))),
         (false, Col::F64(|r| Some(r.schedule_lag_ms))),
-        (false, Col::I64(|r| Some(r.itl_ms.len() as i64))),
-        (
-            true,
-            Col::F64(|r| {
-                (!r.itl_ms.is_empty()).then(|| r.itl_ms.iter().sum::<f64>() / r.itl_ms.len() as f64)
-            }),
-        ),
+        (false, Col::I64(|r| Some(r.itl_us.len() as i64))),
+        (true, Col::F64(RequestRecord::itl_mean_ms)),
         (false, Col::I64(|r| Some(i64::from(r.token_chunks)))),
         (true, Col::I64(|r| r.input_tokens.map(i64_of))),
         (true, Col::I64(|r| r.output_tokens.map(i64_of))),

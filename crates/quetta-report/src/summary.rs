@@ -6,8 +6,11 @@ use std::path::Path;
 use quetta_metrics::{Aggregate, GpuReport, MetricsSummary, ServerReport, SloVerdict, Stats};
 use serde::{Deserialize, Serialize};
 
-/// The version of `summary.json`'s layout. Bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version of a run directory's layout (`summary.json` and `run.json` carry it). Bumped
+/// on any incompatible change; 2: records spell the gaps between tokens `itl_us` (integer
+/// microseconds, 1: `itl_ms` in milliseconds) and the series has `itl_mean_ms`. Quetta reads
+/// both.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The JSON Schema of `summary.json`.
 pub const SUMMARY_SCHEMA: &str = include_str!("../../../docs/schema/summary.schema.json");

@@ -92,3 +92,5 @@ fn a_streamed_rebuild_equals_the_in_memory_aggregate() {
 mod export_stream;
 #[path = "read/merge.rs"]
 mod merge;
+#[path = "read/streamed.rs"]
+mod streamed;

@@ -84,7 +84,9 @@ pub mod managed {
 
 /// Exports of a run's records: CSV, Parquet, and the result JSON of `vllm bench serve`.
 pub mod export {
-    pub use quetta_report::export::{csv, parquet, vllm, VllmResult, CSV_COLUMNS};
+    pub use quetta_report::export::{
+        csv, parquet, vllm, vllm_file_name, write_vllm, VllmResult, CSV_COLUMNS,
+    };
 }
 
 /// A multi-threaded tokio runtime with `threads` workers (default: one per CPU).

@@ -73,7 +73,7 @@ fn exports_carry_the_records_values() {
         assert_eq!(cells[col("ttft_ms")].parse::<f64>().ok(), r["ttft_ms"].as_f64());
         assert_eq!(
             cells[col("itl_count")].parse::<usize>().unwrap(),
-            r["itl_ms"].as_array().unwrap().len()
+            r["itl_us"].as_array().unwrap().len()
         );
     }
     // Parquet, read back with the parquet crate

@@ -36,7 +36,7 @@ fn the_default_benchmark_against_the_embedded_simulator() {
     assert_eq!(recs.len(), 40, "one record per request");
     assert!(recs
         .iter()
-        .all(|r| r["error_kind"].is_null() && r["itl_ms"].as_array().unwrap().len() == 127));
+        .all(|r| r["error_kind"].is_null() && r["itl_us"].as_array().unwrap().len() == 127));
     // the typed summary is the file
     assert_eq!(json(&d.join("summary.json"))["completed"], 40);
     assert_eq!(RunDir::open(&d).unwrap().read_summary().unwrap().metrics, s.metrics);
