@@ -14,6 +14,12 @@
 //! `cargo xtask bench merge [--records N]` times the merge of three shards' N records (see
 //! `merge.rs`).
 //!
+//! `cargo xtask bench report [--records N]` times what reads a big run back: report,
+//! compare and exports of N records (see `report.rs`).
+//!
+//! `cargo xtask bench soak [--rate R] [--requests N]` records the client's memory over a
+//! soak of N requests (see `soak.rs`).
+//!
 //! `cargo xtask embed-check` builds and runs `examples/embed` as a program outside the
 //! workspace that depends on the `quetta` crate by path, as an embedder's would.
 
@@ -27,6 +33,8 @@ use serde_json::Value;
 
 mod fuzz;
 mod merge;
+mod report;
+mod soak;
 mod vllm;
 
 fn root() -> PathBuf {
@@ -42,12 +50,29 @@ fn main() -> Result<()> {
         ["bench", "merge", "--records", n] => {
             merge::bench(&root(), n.parse().context("--records N")?)
         }
+        ["bench", "report"] => report::bench(&root(), 1_000_000),
+        ["bench", "report", "--records", n] => {
+            report::bench(&root(), n.parse().context("--records N")?)
+        }
+        ["bench", "soak", rest @ ..] => {
+            let flag = |name: &str, default: u64| -> Result<u64> {
+                match rest.iter().position(|a| *a == name) {
+                    Some(i) => rest
+                        .get(i + 1)
+                        .context("a number after the flag")?
+                        .parse()
+                        .context("a number"),
+                    None => Ok(default),
+                }
+            };
+            soak::bench(&root(), flag("--rate", 2000)?, flag("--requests", 1_000_000)?)
+        }
         ["embed-check"] => embed_check(),
         ["fuzz", ..] => fuzz::main(&args[1..]),
         ["compare-vllm"] => vllm::compare(None, &root()),
         ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
             std::process::exit(2);
         }
     }

@@ -147,7 +147,7 @@ pub struct RequestRecord {
     /// intended -> started: how late the client released the request.
     pub schedule_lag_ms: f64,
     /// Gaps between consecutive token-bearing chunks, in microseconds.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "gaps_us")]
     pub itl_us: Vec<u32>,
     /// Schema 1's `itl_ms` while a record is read; moved into `itl_us` at once.
     #[serde(default, rename = "itl_ms", skip_serializing, deserialize_with = "gaps_ms_as_us")]
@@ -213,6 +213,61 @@ pub struct RequestRecord {
 
 fn one() -> u32 {
     1
+}
+
+/// The gaps of a record (most of its bytes) read from their text at once: a list of
+/// integers is scanned in one loop, anything else (spaces aside) left to serde's own reading
+/// of the list, which refuses what is not a list of whole microseconds.
+fn gaps_us<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    use serde::de::Error;
+    let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+    let text = raw.get();
+    if let Some(v) = scan_gaps(text.as_bytes()) {
+        return Ok(v);
+    }
+    serde_json::from_str(text).map_err(|e| D::Error::custom(format!("itl_us: {e}")))
+}
+
+/// `[1,2, 3]` as whole numbers that fit 32 bits, in one pass over the bytes; `None` for
+/// anything else (a leading zero, a sign, a fraction, an empty item).
+fn scan_gaps(b: &[u8]) -> Option<Vec<u32>> {
+    let inner = b.trim_ascii().strip_prefix(b"[")?.strip_suffix(b"]")?;
+    let (n, mut i) = (inner.len(), 0);
+    let skip_spaces = |mut i: usize| {
+        while i < n && inner[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut out = Vec::with_capacity(n / 5 + 1);
+    if skip_spaces(0) == n {
+        return Some(out);
+    }
+    loop {
+        i = skip_spaces(i);
+        let (start, mut v) = (i, 0u64);
+        while i < n {
+            let d = inner[i].wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v * 10 + u64::from(d);
+            i += 1;
+        }
+        let len = i - start;
+        if len == 0 || len > 10 || (len > 1 && inner[start] == b'0') {
+            return None;
+        }
+        out.push(u32::try_from(v).ok()?);
+        i = skip_spaces(i);
+        if i == n {
+            return Some(out);
+        }
+        if inner[i] != b',' {
+            return None;
+        }
+        i += 1;
+    }
 }
 
 /// Schema 1's gaps (milliseconds, written from whole microseconds) as microseconds.
@@ -485,5 +540,27 @@ mod tests {
         assert!(e.contains("both itl_us and itl_ms"), "{e}");
         let bad = line.replace(r#""itl_us":[5012,1,4294967295]"#, r#""itl_ms":[-3.0]"#);
         assert!(serde_json::from_str::<RequestRecord>(&bad).is_err());
+        // the fast reading of the list and serde's agree: spaces, empty, and refusals
+        let with = |list: &str| {
+            let l = line.replace("[5012,1,4294967295]", list);
+            serde_json::from_str::<RequestRecord>(&l).map(|r| r.itl_us).map_err(|e| e.to_string())
+        };
+        assert_eq!(with(" [ 7 , 0,12 ] "), Ok(vec![7, 0, 12]));
+        assert_eq!(with("[]"), Ok(vec![]));
+        assert_eq!(with("[ ]"), Ok(vec![]));
+        for bad in ["[4294967296]", "[1.5]", "[-1]", "[1e3]", "null", "[\"1\"]", "{}"] {
+            let e = with(bad).unwrap_err();
+            assert!(e.contains("itl_us"), "{bad}: {e}");
+        }
+        for not_json in ["[1,,2]", "[01]", "[1"] {
+            assert!(with(not_json).is_err(), "{not_json}");
+        }
+        assert_eq!(scan_gaps(b"[1,2,3]"), Some(vec![1, 2, 3]));
+        assert_eq!(scan_gaps(b" [ 0 , 10,4294967295 ]"), Some(vec![0, 10, u32::MAX]));
+        for b in [&b"[1,2,3"[..], b"[1,]", b"[,1]", b"[1 2]", b"[01]", b"[4294967296]", b"[1,,2]"] {
+            assert_eq!(scan_gaps(b), None, "{}", String::from_utf8_lossy(b));
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(serde_json::from_value::<RequestRecord>(v).unwrap(), r, "from a Value too");
     }
 }

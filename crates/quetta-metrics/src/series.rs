@@ -84,15 +84,58 @@ impl SeriesBuilder {
             *bump(&mut self.ttft_n, sec(f)) += 1;
         }
         if let (true, Some(f)) = (r.ok(), r.first_token_offset_ms) {
-            // each gap in the second its later token arrived (never after the request's end)
+            // each gap in the second its later token arrived (never after the request's end),
+            // added up per second before it is counted
             let mut at_us = (f.max(0.0) * 1e3).round() as u64;
+            let (mut k, mut sum, mut n) = (usize::MAX, 0u64, 0u64);
             for &g in &r.itl_us {
                 at_us += u64::from(g);
-                let k = ((at_us / 1_000_000) as usize).min(e);
-                *bump(&mut self.itl_sum_us, k) += u64::from(g);
-                *bump(&mut self.itl_n, k) += 1;
+                let here = ((at_us / 1_000_000) as usize).min(e);
+                if here != k {
+                    self.add_gaps(k, sum, n);
+                    (k, sum, n) = (here, 0, 0);
+                }
+                sum += u64::from(g);
+                n += 1;
             }
+            self.add_gaps(k, sum, n);
         }
+    }
+
+    fn add_gaps(&mut self, k: usize, sum_us: u64, n: u64) {
+        if n > 0 {
+            *bump(&mut self.itl_sum_us, k) += sum_us;
+            *bump(&mut self.itl_n, k) += n;
+        }
+    }
+
+    /// Add another builder's records (another part of the same run's records).
+    pub fn merge(&mut self, o: &SeriesBuilder) {
+        let add = |a: &mut Vec<u64>, b: &[u64]| {
+            if a.len() < b.len() {
+                a.resize(b.len(), 0);
+            }
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = x.saturating_add(*y);
+            }
+        };
+        add(&mut self.sent, &o.sent);
+        add(&mut self.ended, &o.ended);
+        add(&mut self.completed, &o.completed);
+        add(&mut self.tokens, &o.tokens);
+        add(&mut self.ttft_n, &o.ttft_n);
+        add(&mut self.itl_sum_us, &o.itl_sum_us);
+        add(&mut self.itl_n, &o.itl_n);
+        if self.ttft_sum.len() < o.ttft_sum.len() {
+            self.ttft_sum.resize(o.ttft_sum.len(), 0.0);
+        }
+        for (x, y) in self.ttft_sum.iter_mut().zip(&o.ttft_sum) {
+            *x += y;
+        }
+        self.last_sent_s = match (self.last_sent_s, o.last_sent_s) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// The series, one entry per second from 0 to the last event.

@@ -308,15 +308,21 @@ impl RunDir {
         };
         // One pass, one record in memory at a time: the histograms and the series hold
         // the run, not the records.
-        let mut agg = Aggregate::new(slos);
-        let mut series = SeriesBuilder::default();
-        let (mut n, mut sent) = (0u64, 0u64);
-        let torn = self.for_each_record(|r| {
+        // (in parts of the file on threads of their own, merged in file order)
+        let init = || (Aggregate::new(slos.clone()), SeriesBuilder::default(), 0u64, 0u64);
+        let (parts, torn) = self.fold_records(init, |(agg, series, n, sent), r| {
             agg.add(&r);
             series.add(&r);
-            n += 1;
-            sent += u64::from(r.sent_offset_ms.is_some());
+            *n += 1;
+            *sent += u64::from(r.sent_offset_ms.is_some());
         })?;
+        let (mut agg, mut series, mut n, mut sent) = init();
+        for (a, s, k, m) in &parts {
+            agg.merge(a);
+            series.merge(s);
+            n += k;
+            sent += m;
+        }
         let mut notes = vec![format!(
             "rebuilt from {n} records in requests.jsonl: the run did not finish (no summary.json)"
         )];
@@ -420,32 +426,235 @@ pub fn parse_records(data: &[u8], path: &Path) -> Result<Records, ReportError> {
 pub fn stream_records(
     reader: impl std::io::BufRead,
     path: &Path,
-    mut each: impl FnMut(RequestRecord),
+    each: impl FnMut(RequestRecord),
 ) -> Result<bool, ReportError> {
     let bad = |line: usize, reason: String| ReportError::Parse {
         path: path.display().to_string(),
         line,
         reason,
     };
-    // A line that is not a record is refused once another line follows it.
-    let mut pending: Option<(usize, serde_json::Error)> = None;
-    for (i, line) in reader.split(b'\n').enumerate() {
-        let line = line.map_err(rerr(path))?;
+    let part = scan(reader, u64::MAX, each).map_err(|e| match e {
+        ScanError::Io(e) => rerr(path)(e),
+        ScanError::Line(n, why) => bad(n, why),
+    })?;
+    Ok(part.pending.is_some())
+}
+
+/// What [`scan`] read of a part of a file: its lines, and its last line when that was not
+/// a record (its number and why).
+struct Part {
+    lines: usize,
+    pending: Option<(usize, String)>,
+}
+
+enum ScanError {
+    Io(std::io::Error),
+    /// A line (numbered from the part's first) refused.
+    Line(usize, String),
+}
+
+/// The lines of `reader` that start before byte `limit`, each record to `each`. A line that
+/// is not a record is refused once another line follows it in the part.
+fn scan(
+    mut reader: impl std::io::BufRead,
+    limit: u64,
+    mut each: impl FnMut(RequestRecord),
+) -> Result<Part, ScanError> {
+    let mut pending: Option<(usize, String)> = None;
+    let (mut at, mut lines) = (0u64, 0usize);
+    let mut buf = Vec::with_capacity(4096);
+    while at < limit {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(ScanError::Io)?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+        lines += 1;
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
         if let Some((n, e)) = pending.take() {
-            return Err(bad(n, format!("not a request record: {e}")));
+            return Err(ScanError::Line(n, e));
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<RequestRecord>(&line) {
+        // UTF-8 checked once for the line (an ASCII fast path), then read as text
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| format!("not UTF-8 text: {e}"))
+            .and_then(|t| serde_json::from_str::<RequestRecord>(t).map_err(|e| e.to_string()));
+        match parsed {
             Ok(r) => {
                 if let Err((field, why)) = r.check_offsets() {
-                    return Err(bad(i + 1, format!("field {field}: {why}")));
+                    return Err(ScanError::Line(lines, format!("field {field}: {why}")));
                 }
                 each(r);
             }
-            Err(e) => pending = Some((i + 1, e)),
+            Err(e) => pending = Some((lines, format!("not a request record: {e}"))),
         }
     }
-    Ok(pending.is_some())
+    Ok(Part { lines, pending })
+}
+
+/// Bytes of requests.jsonl per part of [`RunDir::fold_records`], and the most parts: a
+/// file's parts depend on its size alone, so a fold gives the same result on any machine.
+const FOLD_PART_BYTES: u64 = 128 << 20;
+const FOLD_MAX_PARTS: u64 = 8;
+
+impl RunDir {
+    /// Fold `requests.jsonl` into accumulators, its parts (by size: up to 8 of at least
+    /// 128 MiB) on as many threads as the machine has cores, each part into its own
+    /// accumulator from `init`; returns them in file order, and whether the last line was cut
+    /// off mid-write. Errors name the line in the whole file, as [`stream_records`] does.
+    pub fn fold_records<A: Send>(
+        &self,
+        init: impl Fn() -> A + Sync,
+        fold: impl Fn(&mut A, RequestRecord) + Sync,
+    ) -> Result<(Vec<A>, bool), ReportError> {
+        self.fold_in_parts(FOLD_PART_BYTES, init, fold)
+    }
+
+    fn fold_in_parts<A: Send>(
+        &self,
+        part_bytes: u64,
+        init: impl Fn() -> A + Sync,
+        fold: impl Fn(&mut A, RequestRecord) + Sync,
+    ) -> Result<(Vec<A>, bool), ReportError> {
+        let p = self.file(files::REQUESTS);
+        let size = fs::metadata(&p).map_err(rerr(&p))?.len();
+        let parts = size.div_ceil(part_bytes.max(1)).clamp(1, FOLD_MAX_PARTS);
+        let bounds: Vec<(u64, u64)> =
+            (0..parts).map(|i| (size * i / parts, size * (i + 1) / parts)).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let threads = cores.min(parts as usize);
+        let read_part = |(start, end): (u64, u64)| -> Result<(A, Part), ScanError> {
+            use std::io::{BufRead as _, Seek as _};
+            let f = fs::File::open(&p).map_err(ScanError::Io)?;
+            let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+            let mut begin = start;
+            if start > 0 {
+                // the line under way at `start` belongs to the part before
+                r.seek(std::io::SeekFrom::Start(start - 1)).map_err(ScanError::Io)?;
+                let mut skip = Vec::new();
+                begin += r.read_until(b'\n', &mut skip).map_err(ScanError::Io)? as u64 - 1;
+            }
+            let mut acc = init();
+            let part = scan(r, end.saturating_sub(begin), |rec| fold(&mut acc, rec))?;
+            Ok((acc, part))
+        };
+        let mut done: Vec<Option<Result<(A, Part), ScanError>>> =
+            (0..parts).map(|_| None).collect();
+        std::thread::scope(|sc| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    sc.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(&b) = bounds.get(i) else { break };
+                            mine.push((i, read_part(b)));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            for w in workers {
+                for (i, r) in w.join().unwrap_or_default() {
+                    done[i] = Some(r);
+                }
+            }
+        });
+        self.join_parts(&p, done)
+    }
+
+    /// The parts of [`RunDir::fold_records`] in order, their lines numbered in the file.
+    fn join_parts<A>(
+        &self,
+        p: &Path,
+        done: Vec<Option<Result<(A, Part), ScanError>>>,
+    ) -> Result<(Vec<A>, bool), ReportError> {
+        let bad = |line: usize, reason: String| ReportError::Parse {
+            path: p.display().to_string(),
+            line,
+            reason,
+        };
+        let (mut accs, mut before) = (Vec::new(), 0usize);
+        let mut pending: Option<(usize, String)> = None;
+        for d in done {
+            let (acc, part) = match d {
+                Some(Ok(x)) => x,
+                Some(Err(ScanError::Io(e))) => return Err(rerr(p)(e)),
+                Some(Err(ScanError::Line(n, why))) => return Err(bad(before + n, why)),
+                None => {
+                    return Err(ReportError::Invalid(format!(
+                        "{}: a part was not read",
+                        p.display()
+                    )))
+                }
+            };
+            // a part's last line that was no record is refused once a line follows it
+            if part.lines > 0 {
+                if let Some((n, why)) = pending.take() {
+                    return Err(bad(n, why));
+                }
+            }
+            if let Some((n, why)) = part.pending {
+                pending = Some((before + n, why));
+            }
+            before += part.lines;
+            accs.push(acc);
+        }
+        Ok((accs, pending.is_some()))
+    }
+}
+
+#[cfg(test)]
+mod fold_tests {
+    use super::*;
+
+    /// A file cut into parts anywhere gives every record once, in order; a torn last line
+    /// and a bad line are found as one pass finds them, with the same line number.
+    #[test]
+    fn parts_cut_anywhere_read_every_record_once_in_order() {
+        let fx =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/records/sim_faults.jsonl");
+        let one = parse_records(&fs::read(fx).unwrap(), Path::new("r")).unwrap().records;
+        let d = std::env::temp_dir().join(format!("quetta-fold-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        let mut text = String::new();
+        for i in 0..45u64 {
+            let mut r = one[(i % one.len() as u64) as usize].clone();
+            r.id = i;
+            text.push_str(&serde_json::to_string(&r).unwrap());
+            text.push_str(if i % 7 == 3 { "\n\n" } else { "\n" });
+        }
+        let run = RunDir::open(&d).unwrap();
+        let ids = |part_bytes: u64| {
+            let (parts, torn) = run
+                .fold_in_parts(part_bytes, Vec::new, |v: &mut Vec<u64>, r| v.push(r.id))
+                .unwrap();
+            (parts.into_iter().flatten().collect::<Vec<u64>>(), torn)
+        };
+        let size = text.len() as u64;
+        fs::write(d.join(files::REQUESTS), &text).unwrap();
+        for part_bytes in (1..size / 7).step_by(97).chain([size / 8, size / 3, size]) {
+            assert_eq!(ids(part_bytes), ((0..45).collect(), false), "parts of {part_bytes} bytes");
+        }
+        let torn = format!("{text}{{\"id\":45,\"intended_off");
+        fs::write(d.join(files::REQUESTS), &torn).unwrap();
+        for part_bytes in [1, 500, size / 5] {
+            assert_eq!(ids(part_bytes), ((0..45).collect(), true), "torn, parts of {part_bytes}");
+        }
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        lines[20] = "{\"id\": not a record}";
+        fs::write(d.join(files::REQUESTS), lines.join("\n")).unwrap();
+        let one_pass = run.for_each_record(|_| {}).unwrap_err().to_string();
+        assert!(one_pass.contains(":21: not a request record"), "{one_pass}");
+        for part_bytes in [1, 300, 2000, size / 3] {
+            let e = run.fold_in_parts(part_bytes, || (), |(), _| {}).unwrap_err().to_string();
+            assert_eq!(e, one_pass, "parts of {part_bytes}");
+        }
+        let _ = fs::remove_dir_all(&d);
+    }
 }

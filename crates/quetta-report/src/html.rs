@@ -44,8 +44,9 @@ pub fn load_run(dir: &Path) -> Result<RunData, ReportError> {
     let mut series = d.read_series()?;
     let gaps = summary.metrics.itl_ms.count > 0;
     if gaps && series.iter().all(|s| s.itl_mean_ms.is_none()) {
+        let (parts, _) = d.fold_records(SeriesBuilder::default, |b, r| b.add(&r))?;
         let mut b = SeriesBuilder::default();
-        d.for_each_record(|r| b.add(&r))?;
+        parts.iter().for_each(|p| b.merge(p));
         let rebuilt = b.finish();
         for s in &mut series {
             s.itl_mean_ms = rebuilt.get(s.t_s as usize).and_then(|x| x.itl_mean_ms);
