@@ -564,48 +564,44 @@ impl RunDir {
                 }
             }
         });
-        self.join_parts(&p, done)
+        join_parts(&p, done)
     }
+}
 
-    /// The parts of [`RunDir::fold_records`] in order, their lines numbered in the file.
-    fn join_parts<A>(
-        &self,
-        p: &Path,
-        done: Vec<Option<Result<(A, Part), ScanError>>>,
-    ) -> Result<(Vec<A>, bool), ReportError> {
-        let bad = |line: usize, reason: String| ReportError::Parse {
-            path: p.display().to_string(),
-            line,
-            reason,
+/// The parts of [`RunDir::fold_records`] in order, their lines numbered in the file.
+fn join_parts<A>(
+    p: &Path,
+    done: Vec<Option<Result<(A, Part), ScanError>>>,
+) -> Result<(Vec<A>, bool), ReportError> {
+    let bad = |line: usize, reason: String| ReportError::Parse {
+        path: p.display().to_string(),
+        line,
+        reason,
+    };
+    let (mut accs, mut before) = (Vec::new(), 0usize);
+    let mut pending: Option<(usize, String)> = None;
+    for d in done {
+        let (acc, part) = match d {
+            Some(Ok(x)) => x,
+            Some(Err(ScanError::Io(e))) => return Err(rerr(p)(e)),
+            Some(Err(ScanError::Line(n, why))) => return Err(bad(before + n, why)),
+            None => {
+                return Err(ReportError::Invalid(format!("{}: a part was not read", p.display())))
+            }
         };
-        let (mut accs, mut before) = (Vec::new(), 0usize);
-        let mut pending: Option<(usize, String)> = None;
-        for d in done {
-            let (acc, part) = match d {
-                Some(Ok(x)) => x,
-                Some(Err(ScanError::Io(e))) => return Err(rerr(p)(e)),
-                Some(Err(ScanError::Line(n, why))) => return Err(bad(before + n, why)),
-                None => {
-                    return Err(ReportError::Invalid(format!(
-                        "{}: a part was not read",
-                        p.display()
-                    )))
-                }
-            };
-            // a part's last line that was no record is refused once a line follows it
-            if part.lines > 0 {
-                if let Some((n, why)) = pending.take() {
-                    return Err(bad(n, why));
-                }
+        // a part's last line that was no record is refused once a line follows it
+        if part.lines > 0 {
+            if let Some((n, why)) = pending.take() {
+                return Err(bad(n, why));
             }
-            if let Some((n, why)) = part.pending {
-                pending = Some((before + n, why));
-            }
-            before += part.lines;
-            accs.push(acc);
         }
-        Ok((accs, pending.is_some()))
+        if let Some((n, why)) = part.pending {
+            pending = Some((before + n, why));
+        }
+        before += part.lines;
+        accs.push(acc);
     }
+    Ok((accs, pending.is_some()))
 }
 
 #[cfg(test)]

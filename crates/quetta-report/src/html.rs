@@ -46,7 +46,9 @@ pub fn load_run(dir: &Path) -> Result<RunData, ReportError> {
     if gaps && series.iter().all(|s| s.itl_mean_ms.is_none()) {
         let (parts, _) = d.fold_records(SeriesBuilder::default, |b, r| b.add(&r))?;
         let mut b = SeriesBuilder::default();
-        parts.iter().for_each(|p| b.merge(p));
+        for p in &parts {
+            b.merge(p);
+        }
         let rebuilt = b.finish();
         for s in &mut series {
             s.itl_mean_ms = rebuilt.get(s.t_s as usize).and_then(|x| x.itl_mean_ms);
