@@ -56,7 +56,6 @@ mod runner;
 mod sessions;
 mod shard;
 mod timeouts;
-mod timer;
 pub mod usage;
 mod worker;
 
