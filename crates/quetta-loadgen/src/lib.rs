@@ -56,6 +56,7 @@ mod runner;
 mod sessions;
 mod shard;
 mod timeouts;
+mod timer;
 pub mod usage;
 mod worker;
 

@@ -23,9 +23,9 @@ use tokio::sync::Semaphore;
 
 use crate::config::{arrival_offsets, RunConfig};
 use crate::runner::{attempt, sleep_until, Done, Measured, RunError, RunOutcome, Shared};
+use crate::timer::Timer;
 use crate::worker::{begin, Guard};
 use crate::{Observer, RecordSink};
-use quetta_net::timer::Timer;
 
 /// How sessions are paced.
 #[derive(Debug, Clone, PartialEq)]

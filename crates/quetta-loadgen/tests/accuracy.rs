@@ -162,57 +162,6 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     }
 }
 
-/// The fixed-delay simulator keeps its gaps: with a 5 ms ITL and 8 streams (a machine not
-/// overloaded), the gaps between the chunks it sends and the gaps the client records are
-/// within 0.25 ms of 5 ms at p1 and p99 (tokio's millisecond timer gave 4.2 ms for one gap
-/// in five and 5.2 ms for the rest). On this 2-vCPU VM they come out 4.87–4.91 and
-/// 5.09–5.21 ms: the wake-up of the simulator's runtime thread after its timer fires, not
-/// the timer, is what is left (issue 20 asks for 0.1 ms). Up to 3 attempts (a shared VM can
-/// be preempted).
-#[test]
-fn the_simulator_keeps_its_gaps_to_a_tenth_of_a_millisecond() {
-    let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rt = runtime();
-    for attempt in 1..=3 {
-        let sim = Simulator::start(SimConfig {
-            ttft: Duration::from_millis(20),
-            itl: Duration::from_millis(5),
-            keep_records: true,
-            ..SimConfig::default()
-        })
-        .unwrap();
-        let sink = VecSink::default();
-        let mut cfg = RunConfig::closed(8, 48);
-        cfg.warmup = 8;
-        rt.block_on(
-            Runner::new(engine(&sim), cfg)
-                .sink(Box::new(sink.clone()))
-                .run(Work::Requests(Box::new(spec(16, 60)))),
-        )
-        .unwrap();
-        let server: Vec<f64> = sim
-            .records()
-            .iter()
-            .flat_map(|r| r.chunks.windows(2).map(|w| (w[1] - w[0]).as_secs_f64() * 1e3))
-            .collect();
-        let recs = sink.0.lock().unwrap().clone();
-        let client: Vec<f64> = recs.iter().flat_map(RequestRecord::itl_ms).collect();
-        assert_eq!(client.len(), 48 * 59, "every gap recorded");
-        let q = |v: &[f64]| (p(v.to_vec(), 0.01), p(v.to_vec(), 0.5), p(v.to_vec(), 0.99));
-        let (s, c) = (q(&server), q(&client));
-        eprintln!(
-            "attempt {attempt}: server gaps p1 {:.3} p50 {:.3} p99 {:.3} ms; client gaps p1 {:.3} p50 {:.3} p99 {:.3} ms",
-            s.0, s.1, s.2, c.0, c.1, c.2
-        );
-        let within =
-            |(lo, _, hi): (f64, f64, f64)| (lo - 5.0).abs() <= 0.25 && (hi - 5.0).abs() <= 0.25;
-        if within(s) && within(c) {
-            return;
-        }
-        assert!(attempt < 3, "gaps beyond 5 ± 0.25 ms at p1 or p99 in 3 attempts");
-    }
-}
-
 #[test]
 fn open_loop_poisson_schedule_is_exponential_and_rate_is_kept() {
     let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

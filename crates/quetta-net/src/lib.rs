@@ -20,9 +20,7 @@
 //! Both are kept in a shared [`Stamps`], so the code that reads the parsed messages (hyper's
 //! client or server, a layer above) can ask when the bytes under them moved, however late it
 //! got to run. This crate is the one place Quetta reads these clocks; the OpenAI transport
-//! (client side) and the simulator (server side) both use it. [`timer::Timer`] is the one
-//! clock both sleep on when a millisecond matters: the client's think times, the
-//! simulator's gaps between tokens.
+//! (client side) and the simulator (server side) both use it.
 
 use std::future::Future;
 use std::io;
@@ -31,8 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-
-pub mod timer;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;

@@ -231,8 +231,6 @@ pub(crate) struct Shared {
     pub(crate) metrics: metrics::Metrics,
     pub(crate) cache: Mutex<cache::PrefixCache>,
     pub(crate) slots: Option<Arc<tokio::sync::Semaphore>>,
-    /// What the streams sleep on between tokens (no spin: many deadlines a second).
-    pub(crate) timer: quetta_net::timer::Timer,
 }
 
 impl Shared {
@@ -333,7 +331,6 @@ impl Simulator {
             writer,
             metrics: metrics::Metrics::default(),
             slots: cfg.max_running.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
-            timer: quetta_net::timer::Timer::with_spin(Duration::ZERO),
             cache: Mutex::new(cache::PrefixCache::new(
                 cfg.prefix_block_tokens,
                 cfg.prefix_cache_blocks,

@@ -17,6 +17,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use quetta_net::{StampedTcp, Stamps};
 use serde_json::{json, Value};
+use tokio::time::Sleep;
 
 use crate::faults::Fault;
 use crate::{OutputLen, Rng, Shared, SimRecord, WORDS};
@@ -287,7 +288,7 @@ async fn whole(mut st: SimStream, v: &Value, chat: bool) -> Response<Body> {
             last += st.gap();
         }
     }
-    st.sh.timer.sleep_until(last).await;
+    tokio::time::sleep_until(last.into()).await;
     let finish = if st.n_tokens >= 1 { "length" } else { "stop" };
     let usage: Value = serde_json::from_str(&st.usage_json()).unwrap_or(Value::Null);
     st.cache_reply(&text);
@@ -485,7 +486,7 @@ pub(crate) struct SimStream {
     next_at: Instant,
     rng: Rng,
     word_rng: Rng,
-    sleep: Option<(Instant, quetta_net::timer::Sleep)>,
+    sleep: Option<Pin<Box<Sleep>>>,
     rec: Option<SimRecord>,
     stream: bool,
     /// The JSON of a chunk up to the generated text.
@@ -626,22 +627,16 @@ impl http_body::Body for SimStream {
 }
 
 impl SimStream {
-    /// Sleep until `at` on the simulator's timer (to the tens of microseconds; tokio's
-    /// rounds to whole milliseconds, which put 4.2 and 5.2 ms gaps into a 5 ms ITL); true
-    /// once it has passed.
+    /// Sleep until `at`; true once it has passed.
     fn wait_until(&mut self, at: Instant, cx: &mut Context<'_>) -> bool {
         if Instant::now() >= at {
-            self.sleep = None;
             return true;
         }
-        if self.sleep.as_ref().is_none_or(|(d, _)| *d != at) {
-            self.sleep = Some((at, self.sh.timer.sleep_until(at)));
+        match self.sleep.as_mut() {
+            Some(s) => s.as_mut().reset(at.into()),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at.into()))),
         }
-        let ready = self.sleep.as_mut().is_some_and(|(_, s)| Pin::new(s).poll(cx).is_ready());
-        if ready {
-            self.sleep = None;
-        }
-        ready
+        self.sleep.as_mut().is_some_and(|s| s.as_mut().poll(cx).is_ready())
     }
 
     /// End the record with a fault and fail the body (hyper then drops the connection).
@@ -729,8 +724,17 @@ impl SimStream {
             return p;
         }
         if this.sent_tokens < this.n_tokens {
-            if !this.wait_until(this.next_at, cx) {
-                return Poll::Pending;
+            if Instant::now() < this.next_at {
+                let at = this.next_at.into();
+                match this.sleep.as_mut() {
+                    Some(s) => s.as_mut().reset(at),
+                    None => this.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+                }
+                if let Some(s) = this.sleep.as_mut() {
+                    if s.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
             }
             let k = this.sh.cfg.tokens_per_chunk.max(1).min(this.n_tokens - this.sent_tokens);
             let mut text = String::with_capacity(16 * k as usize);

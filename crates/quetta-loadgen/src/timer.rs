@@ -1,18 +1,12 @@
 //! A high-resolution timer for async tasks: one thread keeps the pending deadlines in a
-//! heap, sleeps on the OS's high-resolution sleep until the earliest (on Linux with a timer
-//! slack of 1 µs instead of the default 50 µs) and may spin its last few microseconds,
-//! then wakes the task. Tokio's own timer rounds up to whole milliseconds, which would put
-//! up to a millisecond of the timer into every think time (the client's sessions) and every
-//! gap between tokens (the simulator).
+//! heap, sleeps on the OS's high-resolution sleep until the earliest and spins its last
+//! few microseconds, then wakes the task. Tokio's own timer rounds up to whole
+//! milliseconds, which would put up to a millisecond of the timer into every think time.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
-
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
@@ -20,58 +14,30 @@ type Entry = (Instant, oneshot::Sender<()>);
 
 /// Cheap to clone; the thread ends when the last clone is dropped.
 #[derive(Clone, Debug)]
-pub struct Timer {
+pub(crate) struct Timer {
     tx: mpsc::Sender<Entry>,
 }
 
-/// What [`Timer::start`] spins before a deadline: a wake-up within microseconds, for a few
-/// deadlines a second (think times).
-pub const SPIN: Duration = Duration::from_micros(60);
+const SPIN: Duration = Duration::from_micros(60);
 
 impl Timer {
-    /// A timer that spins the last [`SPIN`] before each deadline.
-    pub fn start() -> Self {
-        Self::with_spin(SPIN)
-    }
-
-    /// A timer that spins the last `spin` before each deadline: zero for many deadlines a
-    /// second (a simulator's tokens), where a spinning thread would take a core; the OS sleep
-    /// alone wakes within tens of microseconds.
-    pub fn with_spin(spin: Duration) -> Self {
+    pub(crate) fn start() -> Self {
         let (tx, rx) = mpsc::channel::<Entry>();
         std::thread::Builder::new()
             .name("quetta-timer".into())
-            .spawn(move || {
-                #[cfg(target_os = "linux")]
-                let _ = nix::sys::prctl::set_timerslack(1_000);
-                run(&rx, spin);
-            })
+            .spawn(move || run(&rx))
             .expect("spawn the timer thread");
         Self { tx }
     }
 
-    /// A future that is ready at `at` (at once if it has passed, or if the timer thread is
-    /// gone); it owns what it waits on.
-    pub fn sleep_until(&self, at: Instant) -> Sleep {
+    /// Wait until `at` (returns at once if it has passed, or if the timer thread is gone).
+    pub(crate) async fn sleep_until(&self, at: Instant) {
         if Instant::now() >= at {
-            return Sleep(None);
+            return;
         }
         let (tx, rx) = oneshot::channel();
-        Sleep(self.tx.send((at, tx)).is_ok().then_some(rx))
-    }
-}
-
-/// [`Timer::sleep_until`]'s future.
-#[derive(Debug)]
-pub struct Sleep(Option<oneshot::Receiver<()>>);
-
-impl Future for Sleep {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match self.0.as_mut() {
-            None => Poll::Ready(()),
-            Some(rx) => Pin::new(rx).poll(cx).map(|_| ()),
+        if self.tx.send((at, tx)).is_ok() {
+            let _ = rx.await;
         }
     }
 }
@@ -106,7 +72,7 @@ impl Pending {
     }
 }
 
-fn run(rx: &mpsc::Receiver<Entry>, spin: Duration) {
+fn run(rx: &mpsc::Receiver<Entry>) {
     let mut p = Pending::default();
     let mut open = true;
     loop {
@@ -118,14 +84,14 @@ fn run(rx: &mpsc::Receiver<Entry>, spin: Duration) {
             },
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now());
-                if left > spin && open {
-                    match rx.recv_timeout(left.saturating_sub(spin)) {
+                if left > SPIN && open {
+                    match rx.recv_timeout(left.saturating_sub(SPIN)) {
                         Ok(e) => p.add(e),
                         Err(RecvTimeoutError::Timeout) => {}
                         Err(RecvTimeoutError::Disconnected) => open = false,
                     }
-                } else if left > spin {
-                    std::thread::sleep(left.saturating_sub(spin));
+                } else if left > SPIN {
+                    std::thread::sleep(left.saturating_sub(SPIN));
                 } else {
                     if open {
                         match rx.try_recv() {
