@@ -34,6 +34,7 @@ use serde_json::Value;
 mod fuzz;
 mod merge;
 mod report;
+mod runs;
 mod soak;
 mod vllm;
 

@@ -5,11 +5,11 @@
 //! `quetta-bench merge` runs under `/usr/bin/time`, and the table gives its wall time and
 //! peak RSS.
 
+use crate::runs;
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 fn read(p: &Path) -> Result<Value> {
@@ -53,35 +53,11 @@ fn shard(dir: &Path, k: u64, n: u64, src: &Path, rec: &Value) -> Result<()> {
 }
 
 pub fn bench(root: &Path, n: u64) -> Result<()> {
-    let st = Command::new("cargo")
-        .args(["build", "--release", "-q", "-p", "quetta-bench"])
-        .current_dir(root)
-        .status()?;
-    if !st.success() {
-        bail!("cargo build failed");
-    }
-    let bin = root.join("target/release/quetta-bench");
+    let bin = runs::release_bench(root)?;
     let t = root.join("target/xtask/merge");
     let _ = std::fs::remove_dir_all(&t);
     let src = t.join("src");
-    let o = Command::new(&bin)
-        .args([
-            "run",
-            "--num-requests",
-            "3",
-            "--output-len",
-            "128",
-            "--ignore-eos",
-            "--quiet",
-            "--output-dir",
-        ])
-        .arg(&src)
-        .output()?;
-    if !o.status.success() {
-        bail!("the source run failed: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    let text = std::fs::read_to_string(src.join("requests.jsonl"))?;
-    let rec: Value = serde_json::from_str(text.lines().next().context("no record")?)?;
+    let rec = runs::source_run(&bin, &src)?;
     let dirs: Vec<_> = (0..3).map(|k| t.join(format!("shard-{k}"))).collect();
     for (k, d) in dirs.iter().enumerate() {
         shard(d, k as u64, n, &src, &rec)?;
@@ -92,30 +68,17 @@ pub fn bench(root: &Path, n: u64) -> Result<()> {
         .map(|m| m.len())
         .sum();
     let out = t.join("merged");
-    let o = Command::new("/usr/bin/time")
-        .args(["-f", "%e %M"])
-        .arg(&bin)
-        .arg("merge")
-        .args(&dirs)
-        .arg("--output-dir")
-        .arg(&out)
-        .output()
-        .context("/usr/bin/time (Debian's time package) measures the merge")?;
-    if !o.status.success() {
-        bail!("merge failed: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    let err = String::from_utf8_lossy(&o.stderr);
-    let last = err.lines().last().unwrap_or_default();
-    let mut it = last.split_whitespace();
-    let (wall, rss): (f64, f64) =
-        (it.next().unwrap_or("0").parse()?, it.next().unwrap_or("0").parse()?);
+    let mut args: Vec<&std::ffi::OsStr> = vec!["merge".as_ref()];
+    args.extend(dirs.iter().map(|d| d.as_os_str()));
+    args.extend(["--output-dir".as_ref(), out.as_os_str()]);
+    let (wall, rss) = runs::timed(&bin, &args)?;
     let merged = read(&out.join("summary.json"))?;
     println!("| records | requests.jsonl | merge wall | peak RSS | records/s | merged completed |");
     println!("|---|---|---|---|---|---|");
     println!(
         "| {n} | {:.2} GB | {wall:.1} s | {:.0} MiB | {:.0} | {} |",
         bytes as f64 / 1e9,
-        rss / 1024.0,
+        rss,
         n as f64 / wall.max(1e-9),
         merged["completed"]
     );

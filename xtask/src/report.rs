@@ -6,12 +6,12 @@
 //! the summary there (HTML and PDF), `compare` of the two, and `export` to Parquet, CSV and
 //! vLLM's result file. Prints a Markdown table for docs/PERFORMANCE.md.
 
+use anyhow::Result;
+use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
-use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use crate::runs;
 
 /// Write a run directory of `n` records made from `rec`, TTFTs scaled by `slower`.
 fn run_dir(dir: &Path, n: u64, src: &Path, rec: &Value, slower: f64) -> Result<u64> {
@@ -46,47 +46,18 @@ fn run_dir(dir: &Path, n: u64, src: &Path, rec: &Value, slower: f64) -> Result<u
     Ok(std::fs::metadata(&path)?.len())
 }
 
-/// Run `bin args` under `/usr/bin/time`: (wall s, peak RSS MiB).
+/// [`runs::timed`] of string arguments.
 fn timed(bin: &Path, args: &[&str]) -> Result<(f64, f64)> {
-    let o = Command::new("/usr/bin/time")
-        .args(["-f", "%e %M"])
-        .arg(bin)
-        .args(args)
-        .output()
-        .context("/usr/bin/time (Debian's time package) measures each command")?;
-    let err = String::from_utf8_lossy(&o.stderr);
-    if !o.status.success() {
-        bail!("{args:?} failed: {err}");
-    }
-    let last = err.lines().last().unwrap_or_default();
-    let mut it = last.split_whitespace();
-    let wall: f64 = it.next().unwrap_or("0").parse()?;
-    let rss: f64 = it.next().unwrap_or("0").parse()?;
-    Ok((wall, rss / 1024.0))
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    runs::timed(bin, &args)
 }
 
 pub fn bench(root: &Path, n: u64) -> Result<()> {
-    let st = Command::new("cargo")
-        .args(["build", "--release", "-q", "-p", "quetta-bench"])
-        .current_dir(root)
-        .status()?;
-    if !st.success() {
-        bail!("cargo build failed");
-    }
-    let bin = root.join("target/release/quetta-bench");
+    let bin = runs::release_bench(root)?;
     let t = root.join("target/xtask/report");
     let _ = std::fs::remove_dir_all(&t);
     let src = t.join("src");
-    let o = Command::new(&bin)
-        .args(["run", "--num-requests", "3", "--output-len", "128", "--ignore-eos", "--quiet"])
-        .arg("--output-dir")
-        .arg(&src)
-        .output()?;
-    if !o.status.success() {
-        bail!("the source run failed: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    let text = std::fs::read_to_string(src.join("requests.jsonl"))?;
-    let rec: Value = serde_json::from_str(text.lines().next().context("no record")?)?;
+    let rec = runs::source_run(&bin, &src)?;
     let (a, b) = (t.join("a"), t.join("b"));
     let bytes = run_dir(&a, n, &src, &rec, 1.0)?;
     run_dir(&b, n, &src, &rec, 1.05)?;

@@ -32,17 +32,11 @@ fn slope(p: &[(f64, f64)]) -> f64 {
 }
 
 pub fn bench(root: &Path, rate: u64, requests: u64) -> Result<()> {
-    let st = Command::new("cargo")
-        .args(["build", "--release", "-q", "-p", "quetta-bench"])
-        .current_dir(root)
-        .status()?;
-    if !st.success() {
-        bail!("cargo build failed");
-    }
+    let bin = crate::runs::release_bench(root)?;
     let dir = root.join("target/xtask/soak");
     let _ = std::fs::remove_dir_all(&dir);
     let secs = requests.div_ceil(rate.max(1));
-    let mut child = Command::new(root.join("target/release/quetta-bench"))
+    let mut child = Command::new(&bin)
         .args(["run", "--request-rate", &rate.to_string(), "--arrival", "constant"])
         .args(["--duration", &format!("{secs}s"), "--input-len", "16", "--output-len", "8"])
         .args(["--sim-ttft-ms", "2", "--sim-itl-ms", "1", "--quiet", "--output-dir"])
