@@ -33,6 +33,7 @@ use serde_json::Value;
 
 mod fuzz;
 mod merge;
+mod predict;
 mod report;
 mod runs;
 mod soak;
@@ -55,6 +56,7 @@ fn main() -> Result<()> {
         ["bench", "report", "--records", n] => {
             report::bench(&root(), n.parse().context("--records N")?)
         }
+        ["bench", "predict"] => predict::bench(&root()),
         ["bench", "soak", rest @ ..] => {
             let flag = |name: &str, default: u64| -> Result<u64> {
                 match rest.iter().position(|a| *a == name) {
@@ -73,7 +75,7 @@ fn main() -> Result<()> {
         ["compare-vllm"] => vllm::compare(None, &root()),
         ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask bench predict | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
             std::process::exit(2);
         }
     }

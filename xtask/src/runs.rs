@@ -10,14 +10,19 @@ use serde_json::Value;
 
 /// Build the release `quetta-bench`; its path.
 pub fn release_bench(root: &Path) -> Result<PathBuf> {
+    release(root, "quetta-bench", "quetta-bench")
+}
+
+/// Build package `package` in release; the path of its binary `bin`.
+pub fn release(root: &Path, package: &str, bin: &str) -> Result<PathBuf> {
     let st = Command::new("cargo")
-        .args(["build", "--release", "-q", "-p", "quetta-bench"])
+        .args(["build", "--release", "-q", "-p", package])
         .current_dir(root)
         .status()?;
     if !st.success() {
         bail!("cargo build failed");
     }
-    Ok(root.join("target/release/quetta-bench"))
+    Ok(root.join("target/release").join(bin))
 }
 
 /// Run 3 requests of 128-token streams against the embedded simulator into `src`; the first

@@ -227,11 +227,16 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         print!("{}", rt.block_on(b.plan())?);
         return Ok(ExitCode::SUCCESS);
     }
-    banner(a);
-    let display = Display::start(&rt, &b.control, a.quiet);
-    let r = rt.block_on(b.run());
-    display.finish();
-    let r = r?;
+    let r = if a.predict {
+        let model = a.sim_model()?.context("--predict needs --sim-model")?;
+        rt.block_on(b.predict(&model))?
+    } else {
+        banner(a);
+        let display = Display::start(&rt, &b.control, a.quiet);
+        let r = rt.block_on(b.run());
+        display.finish();
+        r?
+    };
     let table = render_summary(&r.summary, r.dir.as_deref());
     if a.json {
         eprintln!("{table}");

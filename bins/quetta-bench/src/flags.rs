@@ -17,6 +17,20 @@ pub fn duration_arg(s: &str) -> Result<Duration, String> {
     })
 }
 
+/// A speed factor: `2`, `2x`, `0.5x`.
+pub fn speed_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches(['x', 'X'])
+        .parse()
+        .map_err(|_| format!("{s:?} is not a factor like 2x"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?} is not a positive factor"))
+    }
+}
+
 pub fn positive_f64(s: &str) -> Result<f64, String> {
     let v = s.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
     v.ok_or_else(|| format!("{s:?} must be a positive number"))
@@ -284,6 +298,23 @@ pub struct RunArgs {
     /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
     #[arg(help_heading = "Target", long = "sim-fault")]
     pub sim_faults: Vec<quetta::sim::faults::FaultRule>,
+    /// Embedded simulator: serve as the twin of this server model (`quetta-probe calibrate`);
+    /// --sim-ttft-ms, --sim-itl-ms and --sim-max-running then do not apply.
+    #[arg(help_heading = "Twin", long, visible_alias = "server-model")]
+    pub sim_model: Option<PathBuf>,
+    /// Twin what-if: sequences run at once instead of the model's.
+    #[arg(help_heading = "Twin", long, visible_alias = "max-seqs", requires = "sim_model")]
+    pub sim_max_seqs: Option<u32>,
+    /// Twin what-if: KV-cache tokens instead of the model's.
+    #[arg(help_heading = "Twin", long, visible_alias = "kv-tokens", requires = "sim_model")]
+    pub sim_kv_tokens: Option<u64>,
+    /// Twin what-if: steps this many times faster (2, 2x, 0.5x).
+    #[arg(help_heading = "Twin", long, visible_alias = "speed", requires = "sim_model", value_parser = speed_arg)]
+    pub sim_speed: Option<f64>,
+    /// Predict the run on the twin's virtual clock instead of serving it in real time
+    /// (needs --sim-model): the same run directory, in seconds.
+    #[arg(help_heading = "Twin", long, requires = "sim_model")]
+    pub predict: bool,
     /// Measured requests to send (default 100 when no --duration is given; a trace: all).
     #[arg(help_heading = "Load", long, visible_alias = "num-prompts", value_parser = positive_u64)]
     pub num_requests: Option<u64>,
@@ -712,6 +743,8 @@ impl RunArgs {
                 itl: Duration::from_secs_f64(self.sim_itl_ms.max(0.0) / 1e3),
                 faults: self.sim_faults.clone(),
                 max_running: self.sim_max_running,
+                server_model: self.sim_model()?,
+                token_counter: self.token_counter()?,
                 ..SimConfig::default()
             }),
         };
@@ -871,7 +904,31 @@ impl RunArgs {
         }
     }
 
-    /// The one conversion of the flags to a benchmark (no I/O).
+    /// `--sim-model` with the what-if flags applied (the file is read here).
+    pub fn sim_model(&self) -> Result<Option<quetta::sim::model::ServerModel>> {
+        let Some(p) = &self.sim_model else { return Ok(None) };
+        if self.base_url.is_some() {
+            bail!("--sim-model makes the embedded simulator a twin: drop --base-url");
+        }
+        let m = quetta::sim::model::ServerModel::load(p)?;
+        let w = quetta::sim::model::WhatIf {
+            max_seqs: self.sim_max_seqs,
+            kv_tokens: self.sim_kv_tokens,
+            speed: self.sim_speed,
+        };
+        let m = m.with(w).map_err(|(f, e)| anyhow::anyhow!("{}: what-if {f}: {e}", p.display()))?;
+        Ok(Some(m))
+    }
+
+    /// The twin counts prompt tokens with --tokenizer, when one is given.
+    fn token_counter(&self) -> Result<Option<quetta::sim::TokenCounter>> {
+        let (Some(_), Some(t)) = (&self.sim_model, &self.tokenizer) else { return Ok(None) };
+        let tok = std::sync::Arc::new(quetta::workload::tokenizer::Tokenizer::resolve(t)?);
+        Ok(Some(quetta::sim::TokenCounter(std::sync::Arc::new(move |s: &str| tok.count(s) as u64))))
+    }
+
+    /// The one conversion of the flags to a benchmark (reads only a --sim-model file and
+    /// its tokenizer).
     pub fn to_benchmark(&self) -> Result<Benchmark> {
         let r = self.min_success_rate;
         if !(0.0..=1.0).contains(&r) {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use quetta_probe::calibrate;
 use quetta_probe::probes::{self, ProbeContext, ProbeOutput};
 
 #[derive(Parser)]
@@ -100,6 +101,40 @@ enum Cmd {
         #[arg(long, default_value_t = 64)]
         output_tokens: u32,
     },
+    /// Fit a model of the server for a twin (`quetta-sim --server-model`, `quetta-sim predict`).
+    Calibrate {
+        #[command(flatten)]
+        c: Common,
+        /// Tokens one sequence may hold (default: what the server reports in /props or
+        /// /v1/models).
+        #[arg(long)]
+        max_context: Option<u32>,
+        /// Prompt lengths (words) of the prefill probe.
+        #[arg(long, default_value = "32,256,512,1024", value_delimiter = ',')]
+        prefill_lengths: Vec<u32>,
+        /// Context lengths (words) of the decode probe.
+        #[arg(long, default_value = "32,256", value_delimiter = ',')]
+        decode_contexts: Vec<u32>,
+        /// Requests of each prompt length.
+        #[arg(long, default_value_t = 2)]
+        repeats: u32,
+        /// Tokens each stream of the decode probe generates.
+        #[arg(long, default_value_t = 32)]
+        decode_tokens: u32,
+        /// Requests sent at once to count the server's batch slots.
+        #[arg(long, default_value_t = 16)]
+        seqs_probe: u32,
+        /// Tokens per prefix-cache block of the server (vLLM 16; llama.cpp reuses any
+        /// prefix: 1).
+        #[arg(long, default_value_t = 16)]
+        block_tokens: u32,
+        /// Tokens one step may carry (llama.cpp n_batch, vLLM max_num_batched_tokens).
+        #[arg(long, default_value_t = 2048)]
+        max_batch_tokens: u32,
+        /// Where the model goes.
+        #[arg(short = 'o', long, default_value = "server-model.json")]
+        output: PathBuf,
+    },
     /// Sample NVIDIA GPUs through NVML (power, energy, utilisation, memory, clocks, temperature).
     Gpu {
         #[arg(long, default_value = "10")]
@@ -184,6 +219,37 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
             let ctx = context(c).await?;
             (c, (ctx.clone(), probes::stage_split(&ctx, *n, *prompt_tokens, *output_tokens).await))
         }
+        Cmd::Calibrate {
+            c,
+            max_context,
+            prefill_lengths,
+            decode_contexts,
+            repeats,
+            decode_tokens,
+            seqs_probe,
+            block_tokens,
+            max_batch_tokens,
+            output,
+        } => {
+            let ctx = context(c).await?;
+            let max_context = match max_context {
+                Some(n) => *n,
+                None => calibrate::server_context(&c.base_url, c.api_key.as_deref())
+                    .await
+                    .context("the server does not say its context length (/props, /v1/models): give --max-context")?,
+            };
+            let o = calibrate::CalibrateOptions {
+                max_context,
+                prefill_lengths: prefill_lengths.clone(),
+                decode_contexts: decode_contexts.clone(),
+                repeats: *repeats,
+                decode_tokens: *decode_tokens,
+                seqs_probe: *seqs_probe,
+                block_tokens: *block_tokens,
+                max_batch_tokens: *max_batch_tokens,
+            };
+            return calibrated(&ctx, c, &o, output).await;
+        }
         Cmd::Gpu { .. } | Cmd::Kernels { .. } => unreachable!("handled in main"),
     };
     let (ctx, res) = out;
@@ -191,6 +257,38 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
     let kind = server_kind(&ctx).await;
     let files = probes::write(&res, &ctx, &c.output_dir, &kind)?;
     print(&res, &files);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn calibrated(
+    ctx: &ProbeContext,
+    c: &Common,
+    o: &calibrate::CalibrateOptions,
+    output: &std::path::Path,
+) -> Result<ExitCode> {
+    let cal = match calibrate::calibrate(ctx, o).await {
+        Ok(cal) => cal,
+        Err(e) => {
+            eprintln!("quetta-probe calibrate: no model written: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let kind = server_kind(ctx).await;
+    let files = probes::write(&cal.output, ctx, &c.output_dir, &kind)?;
+    print(&cal.output, &files);
+    std::fs::write(output, cal.model.to_json())
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    let q = &cal.model.fits;
+    println!(
+        "prefill fit: R² {:.4}, RMSE {:.2} ms, worst {:.1} %; decode fit: R² {:.4}, RMSE {:.2} ms, worst {:.1} %",
+        q.prefill.r2,
+        q.prefill.rmse_ms,
+        q.prefill.max_rel_residual * 100.0,
+        q.decode.r2,
+        q.decode.rmse_ms,
+        q.decode.max_rel_residual * 100.0
+    );
+    println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
 }
 

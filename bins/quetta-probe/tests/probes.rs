@@ -173,3 +173,111 @@ fn gpu_without_a_driver_and_kernel_summaries() {
     assert_eq!(s["families"][0]["family"], "gemm");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A server model of known costs, for a twin to play.
+fn known_model() -> quetta_sim::model::ServerModel {
+    use quetta_sim::model::{FitQuality, Fits, ServerModel, StepTime, SERVER_MODEL_VERSION};
+    let q = FitQuality { points: 0, r2: 1.0, rmse_ms: 0.0, max_rel_residual: 0.0 };
+    ServerModel {
+        schema_version: SERVER_MODEL_VERSION,
+        server: "known".into(),
+        model: "quetta-sim".into(),
+        calibrated_unix_s: 0,
+        step: StepTime {
+            base_ms: 6.0,
+            prefill_token_ms: 0.05,
+            prefill_pair_mt_ms: 0.0,
+            cached_token_ms: 0.0,
+            decode_seq_ms: 3.0,
+            context_kt_ms: 0.0,
+        },
+        max_seqs: 4,
+        kv_tokens: 4 * 4096,
+        max_batch_tokens: 4096,
+        prefix_cache: true,
+        block_tokens: 16,
+        prompt_extra_tokens: 0,
+        arrival_overhead_ms: 1.0,
+        emit_overhead_ms: 0.0,
+        fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },
+    }
+}
+
+/// Calibrating a twin of a known model recovers the model: its slots, its step costs, its
+/// prefix cache, within what a millisecond timer allows; the file is valid against
+/// docs/schema/server_model.schema.json and loads back.
+#[test]
+fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
+    let truth = known_model();
+    let sim =
+        Simulator::start(SimConfig { server_model: Some(truth.clone()), ..SimConfig::default() })
+            .unwrap();
+    let d = tmp("calibrate");
+    let out = d.join("server-model.json");
+    let o = probe(&[
+        "calibrate",
+        "--base-url",
+        &sim.base_url(),
+        "--max-context",
+        "4096",
+        "--prefill-lengths",
+        "64,512,1024,2048",
+        "--decode-contexts",
+        "32,512",
+        "--seqs-probe",
+        "8",
+        "--max-batch-tokens",
+        "4096",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("prefill fit: R²"), "{t}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/schema/server_model.schema.json"))
+            .unwrap();
+    let val = jsonschema::validator_for(&schema).unwrap();
+    let errs: Vec<String> =
+        val.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errs.is_empty(), "{errs:?}\n{v:#}");
+    let m = quetta_sim::model::ServerModel::load(&out).unwrap();
+    assert_eq!(m.max_seqs, 4, "{t}");
+    assert_eq!(m.kv_tokens, 4 * 4096);
+    assert!(m.prefix_cache, "{t}");
+    let near = |got: f64, want: f64, tol: f64, what: &str| {
+        assert!((got - want).abs() <= tol, "{what}: {got:.3} for {want} (±{tol})\n{t}");
+    };
+    near(m.step.decode_seq_ms, 3.0, 0.45, "decode_seq_ms");
+    near(m.step.base_ms, 6.0, 1.5, "base_ms");
+    near(m.step.prefill_token_ms, 0.05, 0.0075, "prefill_token_ms");
+    // what the twin adds: a millisecond of arrival overhead and up to a millisecond of
+    // timer lateness, seen together by the client
+    assert!(m.arrival_overhead_ms < 3.0, "{t}");
+    assert!(m.fits.prefill.r2 > 0.99 && m.fits.decode.r2 > 0.95, "{t}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A server that does not answer is refused before any probe, and no model is written.
+#[test]
+fn calibrate_writes_no_model_it_could_not_fit() {
+    let d = tmp("calibrate-refused");
+    let out = d.join("m.json");
+    let o = probe(&[
+        "calibrate",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--max-context",
+        "2048",
+        "--output-dir",
+        d.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(!out.exists());
+}

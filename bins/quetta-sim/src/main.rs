@@ -6,7 +6,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use quetta_sim::model::{ServerModel, WhatIf};
 use quetta_sim::{OutputLen, SimConfig, Simulator};
+
+/// `quetta-bench run`'s flags, shared with `quetta-sim predict` (one source file, compiled
+/// into both binaries).
+#[path = "../../quetta-bench/src/flags.rs"]
+#[allow(dead_code)]
+mod flags;
 
 /// Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics with
 /// configurable time to first token and inter-token latency.
@@ -80,6 +87,94 @@ struct Args {
     /// LiteLLM proxy).
     #[arg(long = "response-header", value_parser = header_arg)]
     response_headers: Vec<(String, String)>,
+    #[command(flatten)]
+    twin: TwinArgs,
+}
+
+/// The twin of a calibrated server.
+#[derive(Debug, Clone, clap::Args)]
+struct TwinArgs {
+    /// Serve as the twin of this server model (`quetta-probe calibrate`): every token when
+    /// the iteration-level engine says; the timing flags above then do not apply.
+    #[arg(long)]
+    server_model: Option<PathBuf>,
+    /// What-if: sequences run at once instead of the model's.
+    #[arg(long, requires = "server_model")]
+    max_seqs: Option<u32>,
+    /// What-if: KV-cache tokens instead of the model's.
+    #[arg(long, requires = "server_model")]
+    kv_tokens: Option<u64>,
+    /// What-if: steps this many times faster (2, 2x, 0.5x).
+    #[arg(long, requires = "server_model", value_parser = flags::speed_arg)]
+    speed: Option<f64>,
+    /// Count prompt tokens with this tokenizer (a tokenizer.json or a cached Hugging Face
+    /// id) instead of whitespace-separated words.
+    #[arg(long, requires = "server_model")]
+    tokenizer: Option<String>,
+}
+
+impl TwinArgs {
+    fn model(&self) -> Result<Option<ServerModel>> {
+        let Some(p) = &self.server_model else { return Ok(None) };
+        let w = WhatIf { max_seqs: self.max_seqs, kv_tokens: self.kv_tokens, speed: self.speed };
+        let m = ServerModel::load(p)?
+            .with(w)
+            .map_err(|(f, e)| anyhow::anyhow!("{}: what-if {f}: {e}", p.display()))?;
+        Ok(Some(m))
+    }
+
+    fn counter(&self) -> Result<Option<quetta_sim::TokenCounter>> {
+        let Some(t) = &self.tokenizer else { return Ok(None) };
+        let tok = std::sync::Arc::new(quetta::workload::tokenizer::Tokenizer::resolve(t)?);
+        Ok(Some(quetta_sim::TokenCounter(std::sync::Arc::new(move |s: &str| tok.count(s) as u64))))
+    }
+}
+
+/// `quetta-sim predict`: a `quetta-bench run` on the twin's virtual clock.
+#[derive(Debug, Parser)]
+#[command(name = "quetta-sim predict", version)]
+struct PredictArgs {
+    #[command(flatten)]
+    twin: TwinArgs,
+    #[command(flatten)]
+    run: flags::RunArgs,
+}
+
+fn predict(args: impl Iterator<Item = std::ffi::OsString>) -> Result<std::process::ExitCode> {
+    let mut a = PredictArgs::parse_from(args);
+    let model = a.twin.model()?.context("quetta-sim predict needs --server-model FILE")?;
+    if a.run.base_url.is_some() {
+        bail!("quetta-sim predict runs on the twin: drop --base-url");
+    }
+    a.run.sim_model.clone_from(&a.twin.server_model);
+    if a.run.tokenizer.is_none() {
+        a.run.tokenizer.clone_from(&a.twin.tokenizer);
+    }
+    let b = a.run.to_benchmark()?;
+    let r = b.predict_blocking(&model)?;
+    let s = &r.summary;
+    let m = &s.metrics;
+    let p = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}"));
+    println!(
+        "predicted {} requests ({} failed) in {:.1} s of virtual time",
+        m.completed, m.failed, m.duration_s
+    );
+    println!(
+        "TTFT p50 {} p90 {} ms | TPOT p50 {} ms | E2E p50 {} ms | output {:.1} tok/s",
+        p(m.ttft_ms.p50),
+        p(m.ttft_ms.p90),
+        p(m.tpot_ms.p50),
+        p(m.e2e_ms.p50),
+        m.output_token_throughput
+    );
+    if let Some(d) = &r.dir {
+        println!(
+            "run directory {} (quetta-bench report {} for the report)",
+            d.display(),
+            d.display()
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }
 
 fn header_arg(s: &str) -> Result<(String, String), String> {
@@ -118,7 +213,13 @@ fn parse_output_len(s: &str) -> Result<OutputLen> {
     Ok(OutputLen::Fixed(s.parse().with_context(bad)?))
 }
 
-fn main() -> Result<()> {
+fn main() -> Result<std::process::ExitCode> {
+    let mut argv = std::env::args_os();
+    if std::env::args_os().nth(1).is_some_and(|a| a == "predict") {
+        let prog = argv.next().unwrap_or_default();
+        argv.next();
+        return predict(std::iter::once(prog).chain(argv));
+    }
     let a = Args::parse();
     let cfg = SimConfig {
         bind: SocketAddr::new(a.host, a.port),
@@ -141,9 +242,21 @@ fn main() -> Result<()> {
         prefix_block_tokens: a.prefix_block_tokens.max(1),
         image_tokens: a.image_tokens,
         response_headers: a.response_headers,
+        server_model: a.twin.model()?,
+        token_counter: a.twin.counter()?,
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
-    println!("quetta-sim listening on {} (Ctrl-C to stop)", sim.base_url());
+    match &sim.config().server_model {
+        Some(m) => println!(
+            "quetta-sim listening on {} as the twin of {} ({}; {} sequences, {} KV tokens) (Ctrl-C to stop)",
+            sim.base_url(),
+            m.server,
+            m.model,
+            m.max_seqs,
+            m.kv_tokens
+        ),
+        None => println!("quetta-sim listening on {} (Ctrl-C to stop)", sim.base_url()),
+    }
     // Records are flushed line by line, so ending on SIGINT/SIGTERM's default action loses
     // nothing; the main thread only has to stay alive.
     loop {

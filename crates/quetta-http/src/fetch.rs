@@ -133,3 +133,19 @@ pub async fn post_empty(
     let t = transport(insecure)?;
     success(t.fetch(request(Method::POST, parse(url)?, bearer)?, timeout, 1 << 20).await?)
 }
+
+/// POST a JSON body to `url` (e.g. a server's `/tokenize`), with an optional bearer token;
+/// the body of a 2xx answer, anything else an error carrying the status and an excerpt.
+pub async fn post_json(
+    url: &str,
+    bearer: Option<&str>,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, EngineError> {
+    let t = transport(false)?;
+    let mut req = request(Method::POST, parse(url)?, bearer)?;
+    *req.body_mut() = Full::new(Bytes::from(body));
+    req.headers_mut()
+        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    success(t.fetch(req, timeout, 1 << 22).await?)
+}

@@ -106,8 +106,10 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             assert_eq!(recs.len() as u64, n);
             let (mut ttft_d, mut itl_d, mut lag) = (Vec::new(), Vec::new(), Vec::new());
             let mut early: Vec<f64> = Vec::new();
+            let mut sim_gaps: Vec<f64> = Vec::new();
             for r in &recs {
                 let s = &sim_recs[&r.id];
+                sim_gaps.extend(s.chunks.windows(2).map(|w| (w[1] - w[0]).as_secs_f64() * 1e3));
                 let sim_ttft = (s.chunks[0] - s.arrival).as_secs_f64() * 1e3;
                 let ttft = r.ttft_ms.unwrap();
                 assert!(
@@ -153,11 +155,17 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
                 late
             );
             assert!(worst_early < 0.05, "a client stamp {worst_early} ms before the server's send");
+            // The simulator's own gaps: within 0.1 ms of its 10 ms at p1 and p99 when the
+            // machine is not loaded (one stream). With 64 and 512 streams the niced simulator
+            // yields both cores to the client and runs late by design (printed, not asserted).
+            let (g1, g99) = (p(sim_gaps.clone(), 0.01), p(sim_gaps, 0.99));
+            eprintln!("  the simulator's gaps: p1 {g1:.3} ms, p99 {g99:.3} ms (set 10 ms)");
+            let exact = conc > 1 || ((g1 - 10.0).abs() <= 0.1 && (g99 - 10.0).abs() <= 0.1);
             let m = p(itl_d, 0.5);
-            if m < itl_median && t < ttft_bound && i < itl_bound {
+            if m < itl_median && t < ttft_bound && i < itl_bound && exact {
                 break;
             }
-            assert!(attempt < attempts, "concurrency {conc}: missed the bounds in {attempts} attempts (TTFT p99 {t} < {ttft_bound}, ITL p99 {i} < {itl_bound}, ITL p50 {m} < {itl_median})");
+            assert!(attempt < attempts, "concurrency {conc}: missed the bounds in {attempts} attempts (TTFT p99 {t} < {ttft_bound}, ITL p99 {i} < {itl_bound}, ITL p50 {m} < {itl_median}, simulator gaps p1 {g1:.3} / p99 {g99:.3} within 0.1 ms of 10)");
         }
     }
 }

@@ -8,9 +8,11 @@
 //! - [`probes`]: live-server probes over the engine trait (TTFT against new and cached
 //!   tokens, decode grid, herd, KV capacity, stage split), each writing a CSV and a
 //!   `meta.json` sidecar.
+//! - [`calibrate`]: the probes and fits behind a twin's server model (`quetta-sim --server-model`).
 //! - [`kernels`]: summaries of CUDA kernel activity recorded by the `quetta-cupti`
 //!   injection library.
 
+pub mod calibrate;
 pub mod gpu;
 pub mod kernels;
 pub mod probes;

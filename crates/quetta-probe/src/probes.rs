@@ -63,7 +63,7 @@ pub enum ProbeError {
 }
 
 /// splitmix64.
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -112,7 +112,7 @@ impl ProbeContext {
     }
 
     /// Send one request and return its observation; a failure is an error.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         id: u64,
         text: String,
@@ -134,11 +134,11 @@ fn ms(d: Option<std::time::Duration>, from: Option<std::time::Duration>) -> Opti
     Some(d?.saturating_sub(from?).as_secs_f64() * 1e3)
 }
 
-fn ttft_ms(o: &Observation) -> Option<f64> {
+pub(crate) fn ttft_ms(o: &Observation) -> Option<f64> {
     ms(o.first_token, o.sent)
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
+pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -147,17 +147,41 @@ fn median(v: &mut [f64]) -> Option<f64> {
     Some(if v.len() % 2 == 1 { v[m] } else { f64::midpoint(v[m - 1], v[m]) })
 }
 
-fn f(v: f64) -> String {
+pub(crate) fn f(v: f64) -> String {
     format!("{v:.3}")
 }
 
 /// Least squares of `y` on the columns of `x` (with an intercept first); returns the
 /// coefficients and R². `None` when the system is singular.
 pub fn ols(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
-    let k = x.first()?.len() + 1;
+    let rows: Vec<Vec<f64>> =
+        x.iter().map(|r| std::iter::once(1.0).chain(r.iter().copied()).collect()).collect();
+    let beta = lstsq(&rows, y)?;
+    Some((beta.clone(), r_squared(&rows, y, &beta)))
+}
+
+/// R² of `y` against `rows · beta`.
+pub fn r_squared(rows: &[Vec<f64>], y: &[f64], beta: &[f64]) -> f64 {
+    let mean = y.iter().sum::<f64>() / y.len() as f64;
+    let (mut ss_res, mut ss_tot) = (0.0, 0.0);
+    for (row, &yi) in rows.iter().zip(y) {
+        let fit: f64 = row.iter().zip(beta).map(|(v, b)| v * b).sum();
+        ss_res += (yi - fit).powi(2);
+        ss_tot += (yi - mean).powi(2);
+    }
+    if ss_tot > 0.0 {
+        1.0 - ss_res / ss_tot
+    } else {
+        1.0
+    }
+}
+
+/// Least squares of `y` on exactly the columns of `rows` (no intercept added). `None` when
+/// the system is singular.
+pub fn lstsq(rows: &[Vec<f64>], y: &[f64]) -> Option<Vec<f64>> {
+    let k = rows.first()?.len();
     let mut a = vec![vec![0.0; k + 1]; k];
-    for (row, &yi) in x.iter().zip(y) {
-        let r: Vec<f64> = std::iter::once(1.0).chain(row.iter().copied()).collect();
+    for (r, &yi) in rows.iter().zip(y) {
         for i in 0..k {
             for j in 0..k {
                 a[i][j] += r[i] * r[j];
@@ -186,16 +210,7 @@ pub fn ols(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
             }
         }
     }
-    let beta: Vec<f64> = a.iter().map(|r| r[k]).collect();
-    let mean = y.iter().sum::<f64>() / y.len() as f64;
-    let (mut ss_res, mut ss_tot) = (0.0, 0.0);
-    for (row, &yi) in x.iter().zip(y) {
-        let fit = beta[0] + row.iter().zip(&beta[1..]).map(|(v, b)| v * b).sum::<f64>();
-        ss_res += (yi - fit).powi(2);
-        ss_tot += (yi - mean).powi(2);
-    }
-    let r2 = if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 1.0 };
-    Some((beta, r2))
+    Some(a.iter().map(|r| r[k]).collect())
 }
 
 /// `ttft`: TTFT against new and cached prompt tokens. For every (cached, new) pair and
@@ -284,7 +299,7 @@ pub async fn ttft(
 }
 
 /// Token arrival times of an observation (offsets in ms): the first token, then each gap.
-fn token_times(o: &Observation) -> Vec<f64> {
+pub(crate) fn token_times(o: &Observation) -> Vec<f64> {
     let Some(first) = o.first_token else { return Vec::new() };
     let mut t = first.as_secs_f64() * 1e3;
     let mut v = vec![t];
@@ -293,6 +308,31 @@ fn token_times(o: &Observation) -> Vec<f64> {
         v.push(t);
     }
     v
+}
+
+/// The gaps of streams run together, inside the window where every one of them decodes
+/// (from the last first token to the first end): each stream's median gap, the gaps
+/// counted, and the window (ms offsets).
+pub(crate) struct Steady {
+    pub(crate) per_req: Vec<f64>,
+    pub(crate) counted: usize,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+}
+
+pub(crate) fn steady_gaps(obs: &[Observation]) -> Steady {
+    let times: Vec<Vec<f64>> = obs.iter().map(token_times).collect();
+    let start = times.iter().filter_map(|t| t.first().copied()).fold(f64::MIN, f64::max);
+    let end = times.iter().filter_map(|t| t.last().copied()).fold(f64::MAX, f64::min);
+    let mut per_req = Vec::new();
+    let mut counted = 0;
+    for t in &times {
+        let mut g: Vec<f64> =
+            t.windows(2).filter(|w| w[0] >= start && w[1] <= end).map(|w| w[1] - w[0]).collect();
+        counted += g.len();
+        per_req.extend(median(&mut g));
+    }
+    Steady { per_req, counted, start, end }
 }
 
 /// `decode-grid`: steady-state inter-token latency over batch size × context length. For
@@ -328,22 +368,7 @@ pub async fn decode_grid(
             for r in join_all(futs).await {
                 obs.push(r?);
             }
-            let times: Vec<Vec<f64>> = obs.iter().map(token_times).collect();
-            let start = times.iter().filter_map(|t| t.first().copied()).fold(f64::MIN, f64::max);
-            let end = times.iter().filter_map(|t| t.last().copied()).fold(f64::MAX, f64::min);
-            let mut per_req = Vec::new();
-            let mut counted = 0;
-            for t in &times {
-                let mut g: Vec<f64> = t
-                    .windows(2)
-                    .filter(|w| w[0] >= start && w[1] <= end)
-                    .map(|w| w[1] - w[0])
-                    .collect();
-                counted += g.len();
-                if let Some(m) = median(&mut g) {
-                    per_req.push(m);
-                }
-            }
+            let Steady { mut per_req, counted, start, end } = steady_gaps(&obs);
             let streams = per_req.len();
             let itl = median(&mut per_req);
             cells.push(json!({"batch": b, "context": c, "itl_ms": itl}));
@@ -374,7 +399,7 @@ pub async fn decode_grid(
 }
 
 /// Poll futures together on the current task.
-async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
     let mut handles: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = (0..handles.len()).map(|_| None).collect();
     std::future::poll_fn(|cx| {

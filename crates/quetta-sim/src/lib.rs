@@ -24,10 +24,14 @@
 //! scheduler with the client under test: [`Simulator::start`].
 
 mod cache;
+pub mod engine;
 pub mod faults;
 mod metrics;
+pub mod model;
+mod precise;
 pub mod providers;
 mod server;
+mod twin;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -110,6 +114,22 @@ pub struct SimConfig {
     /// Headers added to every generation response (to play a proxy, e.g. LiteLLM's
     /// `x-litellm-*`).
     pub response_headers: Vec<(String, String)>,
+    /// Serve as the twin of a calibrated server: every token at the instant the
+    /// iteration-level engine says (`ttft`, `prefill_per_token`, `itl`, `itl_jitter`,
+    /// `tokens_per_chunk` and `max_running` are then the model's, not these).
+    pub server_model: Option<model::ServerModel>,
+    /// How prompt text is counted in tokens (default: whitespace-separated words).
+    pub token_counter: Option<TokenCounter>,
+}
+
+/// A prompt-text token counter (a real tokenizer, given by the embedder).
+#[derive(Clone)]
+pub struct TokenCounter(pub Arc<dyn Fn(&str) -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for TokenCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenCounter(..)")
+    }
 }
 
 impl Default for SimConfig {
@@ -135,6 +155,8 @@ impl Default for SimConfig {
             prefix_block_tokens: 16,
             image_tokens: 256,
             response_headers: Vec::new(),
+            server_model: None,
+            token_counter: None,
         }
     }
 }
@@ -231,10 +253,12 @@ pub(crate) struct Shared {
     pub(crate) metrics: metrics::Metrics,
     pub(crate) cache: Mutex<cache::PrefixCache>,
     pub(crate) slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// The live twin's engine, when serving a server model.
+    pub(crate) twin: Option<tokio::sync::mpsc::UnboundedSender<twin::Submit>>,
 }
 
 impl Shared {
-    fn ns(&self, t: Instant) -> u64 {
+    pub(crate) fn ns(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
@@ -323,14 +347,36 @@ impl Simulator {
             .enable_all()
             .build()
             .map_err(SimError::Runtime)?;
+        let (twin_tx, twin_rx) = match &cfg.server_model {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let model = cfg.server_model.clone();
+        let mut cfg = cfg;
+        if let Some(m) = &model {
+            cfg.prefix_block_tokens = m.block_tokens.max(1);
+            cfg.prefix_cache_blocks = if m.prefix_cache {
+                usize::try_from(m.kv_tokens / u64::from(cfg.prefix_block_tokens))
+                    .unwrap_or(usize::MAX)
+            } else {
+                0
+            };
+        }
         let shared = Arc::new(Shared {
+            twin: twin_tx,
             epoch: Instant::now(),
             epoch_unix_ns: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
             seq: std::sync::atomic::AtomicU64::new(0),
             records: Mutex::new(Vec::new()),
             writer,
             metrics: metrics::Metrics::default(),
-            slots: cfg.max_running.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+            slots: cfg
+                .max_running
+                .filter(|_| model.is_none())
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
             cache: Mutex::new(cache::PrefixCache::new(
                 cfg.prefix_block_tokens,
                 cfg.prefix_cache_blocks,
@@ -344,6 +390,9 @@ impl Simulator {
             .spawn(move || {
                 lower_priority(nice);
                 rt.block_on(async move {
+                    if let (Some(m), Some(rx)) = (model, twin_rx) {
+                        tokio::spawn(twin::drive(m, sh.epoch, rx));
+                    }
                     match tokio::net::TcpListener::from_std(std_listener) {
                         Ok(l) => server::serve(l, sh, rx).await,
                         Err(e) => eprintln!("quetta-sim: {e}"),

@@ -17,9 +17,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use quetta_net::{StampedTcp, Stamps};
 use serde_json::{json, Value};
-use tokio::time::Sleep;
 
 use crate::faults::Fault;
+use crate::precise::Deadline;
 use crate::{OutputLen, Rng, Shared, SimRecord, WORDS};
 
 type Body = Either<Full<Bytes>, SimStream>;
@@ -121,10 +121,13 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
 }
 
 /// Count prompt tokens the simulator's way: words of text, or the length of token ids.
-fn count_prompt(v: &Value, image_tokens: u64) -> u64 {
-    fn words(s: &str) -> u64 {
-        s.split_whitespace().count() as u64
-    }
+fn count_prompt(v: &Value, image_tokens: u64, counter: Option<&crate::TokenCounter>) -> u64 {
+    let words = |s: &str| -> u64 {
+        match counter {
+            Some(c) => (c.0)(s),
+            None => s.split_whitespace().count() as u64,
+        }
+    };
     let content = |c: &Value| -> u64 {
         match c {
             Value::String(s) => words(s),
@@ -132,7 +135,7 @@ fn count_prompt(v: &Value, image_tokens: u64) -> u64 {
                 .iter()
                 .map(|p| match p.get("type").and_then(Value::as_str) {
                     Some("image_url") => image_tokens,
-                    _ => p.get("text").and_then(Value::as_str).map_or(0, words),
+                    _ => p.get("text").and_then(Value::as_str).map_or(0, &words),
                 })
                 .sum(),
             _ => 0,
@@ -144,7 +147,7 @@ fn count_prompt(v: &Value, image_tokens: u64) -> u64 {
     match v.get("prompt") {
         Some(Value::String(s)) => words(s),
         Some(Value::Array(a)) if a.iter().all(Value::is_number) => a.len() as u64,
-        Some(Value::Array(a)) => a.iter().map(|p| p.as_str().map_or(0, words)).sum(),
+        Some(Value::Array(a)) => a.iter().map(|p| p.as_str().map_or(0, &words)).sum(),
         _ => 0,
     }
 }
@@ -288,7 +291,15 @@ async fn whole(mut st: SimStream, v: &Value, chat: bool) -> Response<Body> {
             last += st.gap();
         }
     }
-    tokio::time::sleep_until(last.into()).await;
+    if let Some(rx) = st.twin.as_mut() {
+        for _ in 0..st.n_tokens {
+            match rx.recv().await {
+                Some(at) => last = at,
+                None => break,
+            }
+        }
+    }
+    Deadline::new().until(last).await;
     let finish = if st.n_tokens >= 1 { "length" } else { "stop" };
     let usage: Value = serde_json::from_str(&st.usage_json()).unwrap_or(Value::Null);
     st.cache_reply(&text);
@@ -375,7 +386,12 @@ async fn generate(
     let include_usage =
         v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     rec.stream = stream;
-    rec.prompt_tokens = count_prompt(&v, u64::from(sh.cfg.image_tokens));
+    rec.prompt_tokens =
+        count_prompt(&v, u64::from(sh.cfg.image_tokens), sh.cfg.token_counter.as_ref());
+    if let Some(m) = &sh.cfg.server_model {
+        // the server's template tokens, as its usage counts them
+        rec.prompt_tokens += u64::from(m.prompt_extra_tokens);
+    }
     let fault = crate::faults::pick(&sh.cfg.faults, sh.cfg.seed, seq);
     match fault {
         Some(Fault::Status(code)) => {
@@ -398,17 +414,8 @@ async fn generate(
         }
         _ => {}
     }
-    // Prefix cache: look up, then store the prompt's blocks (as computed by this request);
-    // the reply's blocks are stored when it has been generated.
     let cache_on = sh.cfg.prefix_cache_blocks > 0;
-    let mut cache_tokens = Vec::new();
-    if cache_on {
-        cache_tokens = prompt_tokens(&v, u64::from(sh.cfg.image_tokens));
-        let mut c = sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let blocks = c.blocks(&cache_tokens);
-        rec.cached_tokens = c.lookup(&blocks, cache_tokens.len()) as u64;
-        c.insert(&blocks);
-    }
+    let cache_tokens = if cache_on { cache_lookup(&sh, &v, &mut rec) } else { Vec::new() };
     // A server with a batch limit: requests beyond it wait (FIFO) for a running one to end;
     // the model starts on a request when it gets a slot.
     let slot = match &sh.slots {
@@ -417,6 +424,7 @@ async fn generate(
     };
     let started = if slot.is_some() { Instant::now().max(arrival) } else { arrival };
     let plan = plan(&sh, &v, seq, rec.prompt_tokens, rec.cached_tokens, started);
+    let twin_rx = submit_to_twin(&sh, seq, arrival, &rec, plan.n_tokens);
     let model_json =
         serde_json::to_string(v.get("model").and_then(Value::as_str).unwrap_or(&sh.cfg.model))
             .unwrap_or_else(|_| "\"quetta-sim\"".into());
@@ -433,6 +441,8 @@ async fn generate(
         word_rng: Rng::new(sh.cfg.seed ^ seq.rotate_left(17)),
         rng: plan.rng,
         sleep: None,
+        twin: twin_rx,
+        twin_due: None,
         rec: Some(rec),
         stream,
         prefix: String::new(),
@@ -473,6 +483,40 @@ async fn generate(
     Ok(r)
 }
 
+/// Prefix cache: look up, then store the prompt's blocks (as computed by this request); the
+/// reply's blocks are stored when it has been generated. The prompt's cache tokens.
+fn cache_lookup(sh: &Shared, v: &Value, rec: &mut SimRecord) -> Vec<u64> {
+    let cache_tokens = prompt_tokens(v, u64::from(sh.cfg.image_tokens));
+    let mut c = sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let blocks = c.blocks(&cache_tokens);
+    rec.cached_tokens = c.lookup(&blocks, cache_tokens.len()) as u64;
+    c.insert(&blocks);
+    cache_tokens
+}
+
+/// A request for the live twin's engine (when serving a server model): its token instants.
+fn submit_to_twin(
+    sh: &Shared,
+    seq: u64,
+    arrival: Instant,
+    rec: &SimRecord,
+    n_tokens: u32,
+) -> Option<tokio::sync::mpsc::UnboundedReceiver<Instant>> {
+    let tx = sh.twin.as_ref()?;
+    let m = sh.cfg.server_model.as_ref()?;
+    let (t_tx, t_rx) = tokio::sync::mpsc::unbounded_channel();
+    let overhead = Duration::from_secs_f64(m.arrival_overhead_ms / 1e3);
+    let req = crate::engine::EngineRequest {
+        id: seq,
+        at_ns: sh.ns(arrival + overhead),
+        prompt_tokens: u32::try_from(rec.prompt_tokens).unwrap_or(u32::MAX),
+        cached_tokens: u32::try_from(rec.cached_tokens).unwrap_or(u32::MAX),
+        output_tokens: n_tokens,
+    };
+    tx.send(crate::twin::Submit { req, tokens: t_tx }).ok()?;
+    Some(t_rx)
+}
+
 /// The streamed body of one response.
 pub(crate) struct SimStream {
     sh: Arc<Shared>,
@@ -486,7 +530,11 @@ pub(crate) struct SimStream {
     next_at: Instant,
     rng: Rng,
     word_rng: Rng,
-    sleep: Option<Pin<Box<Sleep>>>,
+    sleep: Option<Deadline>,
+    /// The twin engine's token instants for this request (live twin only).
+    twin: Option<tokio::sync::mpsc::UnboundedReceiver<Instant>>,
+    /// The next token's instant, received and not yet sent.
+    twin_due: Option<Instant>,
     rec: Option<SimRecord>,
     stream: bool,
     /// The JSON of a chunk up to the generated text.
@@ -627,16 +675,12 @@ impl http_body::Body for SimStream {
 }
 
 impl SimStream {
-    /// Sleep until `at`; true once it has passed.
+    /// Sleep until `at` (to the microsecond: [`crate::precise`]); true once it has passed.
     fn wait_until(&mut self, at: Instant, cx: &mut Context<'_>) -> bool {
         if Instant::now() >= at {
             return true;
         }
-        match self.sleep.as_mut() {
-            Some(s) => s.as_mut().reset(at.into()),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at.into()))),
-        }
-        self.sleep.as_mut().is_some_and(|s| s.as_mut().poll(cx).is_ready())
+        self.sleep.get_or_insert_with(Deadline::new).poll_until(at, cx).is_ready()
     }
 
     /// End the record with a fault and fail the body (hyper then drops the connection).
@@ -724,19 +768,25 @@ impl SimStream {
             return p;
         }
         if this.sent_tokens < this.n_tokens {
-            if Instant::now() < this.next_at {
-                let at = this.next_at.into();
-                match this.sleep.as_mut() {
-                    Some(s) => s.as_mut().reset(at),
-                    None => this.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
-                }
-                if let Some(s) = this.sleep.as_mut() {
-                    if s.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
+            if let Some(rx) = this.twin.as_mut() {
+                if this.twin_due.is_none() {
+                    match rx.poll_recv(cx) {
+                        Poll::Ready(Some(at)) => this.twin_due = Some(at),
+                        Poll::Ready(None) => return this.abort("the twin's engine stopped"),
+                        Poll::Pending => return Poll::Pending,
                     }
                 }
+                let due = this.twin_due.unwrap_or_else(Instant::now);
+                if !this.wait_until(due, cx) {
+                    return Poll::Pending;
+                }
+                this.twin_due = None;
+            } else if !this.wait_until(this.next_at, cx) {
+                return Poll::Pending;
             }
-            let k = this.sh.cfg.tokens_per_chunk.max(1).min(this.n_tokens - this.sent_tokens);
+            let per_chunk =
+                if this.twin.is_some() { 1 } else { this.sh.cfg.tokens_per_chunk.max(1) };
+            let k = per_chunk.min(this.n_tokens - this.sent_tokens);
             let mut text = String::with_capacity(16 * k as usize);
             if this.sent_tokens > 0 {
                 text.push(' ');

@@ -514,6 +514,12 @@ impl Benchmark {
         let outcome: RunOutcome = runner.run(work).await?;
         let (server, gpu) = telemetry.finish().await;
         notes.extend(c.notes.iter().cloned());
+        if let Some(m) = self.target.sim_config().and_then(|s| s.server_model.as_ref()) {
+            notes.push(format!(
+                "served live by the twin of {} ({}), not by the server itself (docs/SIMULATOR.md)",
+                m.server, m.model
+            ));
+        }
         let mut summary =
             crate::summary::assemble(self, &outcome, settings, target, notes, server, gpu);
         if let Some(r) = shard_run.as_mut() {

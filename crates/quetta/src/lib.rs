@@ -43,6 +43,7 @@ pub mod hub;
 pub mod k8s;
 mod load;
 mod plan;
+mod predict;
 mod shard;
 mod summary;
 mod sweep;

@@ -18,6 +18,48 @@ pub(crate) fn settings(
     sessions: Option<&SessionConfig>,
     c: &Connected,
 ) -> RunSettings {
+    settings_of(b, built, load, cfg, sessions, (c.endpoint(), &c.model))
+}
+
+/// The settings of a predicted run (its target is the twin, not a connection).
+pub(crate) fn predicted_settings(
+    b: &Benchmark,
+    built: &Built,
+    load: &Load,
+    cfg: &RunConfig,
+    model: &quetta_sim::model::ServerModel,
+) -> RunSettings {
+    let name = b.target.model.as_deref().unwrap_or(&model.model);
+    settings_of(b, built, load, cfg, None, (predicted_settings_endpoint(b), name))
+}
+
+/// The summary's target of a predicted run.
+pub(crate) fn predicted_target(b: &Benchmark, model: &quetta_sim::model::ServerModel) -> Target {
+    let s = predicted_settings_endpoint(b);
+    Target {
+        backend: "quetta-sim twin (predicted)".into(),
+        base_url: model.server.clone(),
+        endpoint: s.into(),
+        model: b.target.model.clone().unwrap_or_else(|| model.model.clone()),
+        embedded_simulator: false,
+    }
+}
+
+fn predicted_settings_endpoint(b: &Benchmark) -> &'static str {
+    match b.target.api {
+        crate::Api::Chat => "chat",
+        crate::Api::Completions => "completions",
+    }
+}
+
+fn settings_of(
+    b: &Benchmark,
+    built: &Built,
+    load: &Load,
+    cfg: &RunConfig,
+    sessions: Option<&SessionConfig>,
+    (endpoint, model): (&str, &str),
+) -> RunSettings {
     let w = &b.workload;
     let path = |p: &std::path::Path| p.display().to_string();
     let (trace, dataset, profile) = match &w.source {
@@ -37,15 +79,15 @@ pub(crate) fn settings(
         _ => (None, None),
     };
     let sim = match &b.target.kind {
-        TargetKind::Simulator(s) => Some(SimSettings {
+        TargetKind::Simulator(s) if s.server_model.is_none() => Some(SimSettings {
             ttft_ms: s.ttft.as_secs_f64() * 1e3,
             itl_ms: s.itl.as_secs_f64() * 1e3,
         }),
         _ => None,
     };
     RunSettings {
-        endpoint: c.endpoint().into(),
-        model: c.model.clone(),
+        endpoint: endpoint.into(),
+        model: model.into(),
         load: if sessions.is_some() { "sessions".into() } else { load.name().into() },
         concurrency: match load {
             Load::Closed { concurrency } if sessions.is_none() => Some(*concurrency),

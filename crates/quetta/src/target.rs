@@ -207,6 +207,14 @@ impl Target {
         self
     }
 
+    /// The embedded simulator's configuration, when the target is one.
+    pub fn sim_config(&self) -> Option<&SimConfig> {
+        match &self.kind {
+            TargetKind::Simulator(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether the target is the embedded simulator.
     pub fn is_simulator(&self) -> bool {
         matches!(self.kind, TargetKind::Simulator(_))

@@ -1,0 +1,138 @@
+//! The twin against the REAL llama.cpp server (`QUETTA_LLAMA_URL`, started by `.ci/run`; 4
+//! slots, SmolLM2-135M on one CPU thread): calibrated by `quetta-probe calibrate`, then the
+//! same workloads, none of which the calibration ran, against the server, the live twin and
+//! the predicted twin. The short form of docs/SIMULATOR.md's table: closed loops at 1 and 4
+//! (`scripts/twin-compare.py` runs the whole table). It catches a twin that is wrong in
+//! kind (slots, template tokens, step costs off by a third), not the last 10 %.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use quetta::sim::model::ServerModel;
+use quetta::sim::TokenCounter;
+use quetta::{Benchmark, Load, SimConfig, Target, WorkloadSpec};
+
+fn tokenizer() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tokenizers/smollm2/tokenizer.json").into()
+}
+
+fn workload() -> WorkloadSpec {
+    let mut w = WorkloadSpec::synthetic(128, 32);
+    w.range_ratio = Some(0.25);
+    w.tokenizer = Some(tokenizer());
+    w
+}
+
+/// Each load its own prompts, none the server has seen (llama.cpp keeps earlier prompts in
+/// its cache, and a cached prompt's TTFT is no prefill); the same for the server and twin.
+fn bench(t: Target, load: Load, n: u64, seed: u64) -> Benchmark {
+    let mut b = Benchmark::new(t).workload(workload()).load(load).requests(n).seed(seed);
+    b.ignore_eos = true;
+    b
+}
+
+struct Figures([f64; 5]);
+
+const NAMES: [&str; 5] = ["TTFT p50", "TTFT p90", "TPOT p50", "E2E p50", "output tok/s"];
+
+fn figures(s: &quetta::Summary) -> Figures {
+    let m = &s.metrics;
+    Figures([
+        m.ttft_ms.p50.unwrap_or(f64::NAN),
+        m.ttft_ms.p90.unwrap_or(f64::NAN),
+        m.tpot_ms.p50.unwrap_or(f64::NAN),
+        m.e2e_ms.p50.unwrap_or(f64::NAN),
+        m.output_token_throughput,
+    ])
+}
+
+#[test]
+fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_on() {
+    let url = match std::env::var("QUETTA_LLAMA_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must start the llama.cpp server and set QUETTA_LLAMA_URL"
+            );
+            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
+            return;
+        }
+    };
+    let d = std::env::temp_dir().join(format!("quetta-twin-llama-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let model_path = d.join("server-model.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
+        .args(["calibrate", "--base-url", &url])
+        .args(["--prefill-lengths", "32,128,256", "--decode-contexts", "32,128"])
+        .args(["--decode-tokens", "32", "--seqs-probe", "8", "--output-dir"])
+        .arg(&d)
+        .arg("-o")
+        .arg(&model_path)
+        .output()
+        .unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{text}");
+    eprintln!("{text}");
+    let model = ServerModel::load(&model_path).unwrap();
+    assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
+    assert!(
+        (20..=40).contains(&model.prompt_extra_tokens),
+        "SmolLM2's chat template adds 30 tokens: {}\n{text}",
+        model.prompt_extra_tokens
+    );
+    let tok = Arc::new(quetta::workload::tokenizer::Tokenizer::resolve(&tokenizer()).unwrap());
+    let counter = TokenCounter(Arc::new(move |s: &str| tok.count(s) as u64));
+    let twin = Target::simulator(SimConfig {
+        server_model: Some(model.clone()),
+        token_counter: Some(counter),
+        ..SimConfig::default()
+    });
+    let mut failures = Vec::new();
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        * 10;
+    let loads = [("closed 1", Load::closed(1), 6), ("closed 4", Load::closed(4), 12)];
+    for (k, (name, load, n)) in loads.into_iter().enumerate() {
+        let seed = salt + k as u64;
+        let real = bench(Target::openai(&url), load.clone(), n, seed).run_blocking().unwrap();
+        let real = figures(&real.summary);
+        let live =
+            figures(&bench(twin.clone(), load.clone(), n, seed).run_blocking().unwrap().summary);
+        let pred = bench(twin.clone(), load, n, seed).predict_blocking(&model).unwrap();
+        let pred = figures(&pred.summary);
+        for (k, what) in NAMES.iter().enumerate() {
+            // Far looser than the 10 % / 20 %, and TTFT p90 not asserted: this
+            // server's own repeat spread is ±11 % per request here (the same 617-token
+            // prompt prefilled in 5.9–7.4 s, decode 26–33 ms a token, a minute apart), and
+            // 6–12 requests a load leave p50s that move by a fifth and a p90 that is the
+            // slowest request or so (+62 % in one local run). What this catches is a twin
+            // wrong in kind; docs/SIMULATOR.md has the full table.
+            let tol = match k {
+                0 => 0.35,
+                1 => f64::INFINITY,
+                _ => 0.25,
+            };
+            for (side, v) in [("live", live.0[k]), ("predicted", pred.0[k])] {
+                let err = v / real.0[k] - 1.0;
+                eprintln!(
+                    "{name}: {what}: server {:.1}, {side} twin {v:.1} ({:+.1} %)",
+                    real.0[k],
+                    err * 100.0
+                );
+                if err.is_nan() || err.abs() > tol {
+                    failures.push(format!(
+                        "{name} {what}: server {:.1}, {side} {v:.1} ({:+.1} %, bound {:.0} %)",
+                        real.0[k],
+                        err * 100.0,
+                        tol * 100.0
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}\n{text}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -1,0 +1,217 @@
+//! A model of a real server, fitted by `quetta-probe calibrate` and run by the
+//! iteration-level [`crate::engine::Engine`]: step times, batch and KV limits, prefix cache,
+//! fixed overheads. docs/SIMULATOR.md documents every field; `docs/schema/server_model.schema.json`
+//! pins the file.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the server-model file this build writes and reads.
+pub const SERVER_MODEL_VERSION: u32 = 1;
+
+/// How long one engine step takes, in milliseconds:
+/// `base_ms + prefill_token_ms·P + prefill_pair_mt_ms·Q/10⁶ + cached_token_ms·K +
+/// decode_seq_ms·B + context_kt_ms·C/1000`, where P is the prompt tokens computed in the
+/// step, Q the token pairs their attention covers (a chunk of n tokens after c already in
+/// cache: n·(c + n/2)), K the cached prompt tokens of sequences whose prefill starts in it,
+/// B the sequences decoding one token, and C the tokens in the KV cache of those B
+/// sequences (what their attention reads).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepTime {
+    pub base_ms: f64,
+    pub prefill_token_ms: f64,
+    #[serde(default)]
+    pub prefill_pair_mt_ms: f64,
+    pub cached_token_ms: f64,
+    pub decode_seq_ms: f64,
+    pub context_kt_ms: f64,
+}
+
+impl StepTime {
+    /// The step's duration in milliseconds; `pairs` is Q.
+    pub fn ms(&self, prefill: u64, pairs: f64, cached: u64, decode: u64, context: u64) -> f64 {
+        self.base_ms
+            + self.prefill_token_ms * prefill as f64
+            + self.prefill_pair_mt_ms * pairs / 1e6
+            + self.cached_token_ms * cached as f64
+            + self.decode_seq_ms * decode as f64
+            + self.context_kt_ms * context as f64 / 1e3
+    }
+}
+
+/// How well a fit explains the probe data it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FitQuality {
+    /// Measurements the fit used.
+    pub points: usize,
+    /// Coefficient of determination.
+    pub r2: f64,
+    /// Root-mean-square residual, ms.
+    pub rmse_ms: f64,
+    /// The largest |residual| / measured value over the points.
+    pub max_rel_residual: f64,
+}
+
+/// The fits a model was made from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fits {
+    /// TTFT of single requests against the prompt tokens computed.
+    pub prefill: FitQuality,
+    /// Steady inter-token latency against the batch size and its context.
+    pub decode: FitQuality,
+    /// Requests sent at once: how many started before the first of them ended.
+    pub max_seqs_observed: u32,
+    /// Requests of that probe.
+    pub max_seqs_probe: u32,
+}
+
+/// A twin's description of one server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerModel {
+    pub schema_version: u32,
+    /// What was calibrated: the base URL and the served model.
+    pub server: String,
+    pub model: String,
+    /// When the calibration ran (Unix seconds).
+    pub calibrated_unix_s: u64,
+    pub step: StepTime,
+    /// Sequences the server runs at once (its batch slots).
+    pub max_seqs: u32,
+    /// Tokens the KV cache holds over all running sequences; a sequence that needs a block
+    /// more than is free preempts the newest running one (recomputed later).
+    pub kv_tokens: u64,
+    /// Tokens one step may carry (decode tokens first, then chunks of prompts: chunked
+    /// prefill); llama.cpp's `n_batch`, vLLM's `max_num_batched_tokens`.
+    pub max_batch_tokens: u32,
+    /// Whether a repeated prefix is served from cache.
+    pub prefix_cache: bool,
+    /// Tokens per prefix-cache block (only whole blocks are reused).
+    pub block_tokens: u32,
+    /// Tokens the server adds to every prompt it is sent (chat template, default system
+    /// prompt, BOS): the twin counts them on top of the prompt's own.
+    #[serde(default)]
+    pub prompt_extra_tokens: u32,
+    /// From the request's arrival at the server to the scheduler seeing it (HTTP, JSON,
+    /// tokenisation), ms.
+    pub arrival_overhead_ms: f64,
+    /// From a token's step ending to its chunk leaving the server, ms.
+    pub emit_overhead_ms: f64,
+    pub fits: Fits,
+}
+
+/// A server model that cannot be read or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: line {line}, column {column}: {message}")]
+    Parse { path: String, line: usize, column: usize, message: String },
+    #[error("{path}: field {field}: {message}")]
+    Field { path: String, field: &'static str, message: String },
+}
+
+/// What-if changes to a model (`--max-seqs`, `--kv-tokens`, `--speed`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WhatIf {
+    pub max_seqs: Option<u32>,
+    pub kv_tokens: Option<u64>,
+    /// Steps take `1 / speed` of their modelled time (2.0: twice as fast).
+    pub speed: Option<f64>,
+}
+
+impl ServerModel {
+    /// Read and check a model file.
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ModelError::Read { path: p.clone(), source })?;
+        let m: Self = serde_json::from_str(&text).map_err(|e| ModelError::Parse {
+            path: p.clone(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        m.check().map_err(|(field, message)| ModelError::Field { path: p, field, message })?;
+        Ok(m)
+    }
+
+    /// The first field that would make the engine meaningless, and why.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.schema_version != SERVER_MODEL_VERSION {
+            return Err((
+                "schema_version",
+                format!("{} (this build reads {SERVER_MODEL_VERSION})", self.schema_version),
+            ));
+        }
+        let s = &self.step;
+        for (f, v) in [
+            ("step.base_ms", s.base_ms),
+            ("step.prefill_token_ms", s.prefill_token_ms),
+            ("step.prefill_pair_mt_ms", s.prefill_pair_mt_ms),
+            ("step.cached_token_ms", s.cached_token_ms),
+            ("step.decode_seq_ms", s.decode_seq_ms),
+            ("step.context_kt_ms", s.context_kt_ms),
+            ("arrival_overhead_ms", self.arrival_overhead_ms),
+            ("emit_overhead_ms", self.emit_overhead_ms),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err((f, format!("{v} is not a time of 0 ms or more")));
+            }
+        }
+        if s.ms(1, 0.0, 0, 0, 0) <= 0.0 || s.ms(0, 0.0, 0, 1, 0) <= 0.0 {
+            return Err(("step", "a step that takes no time would run forever".into()));
+        }
+        if self.max_seqs == 0 {
+            return Err(("max_seqs", "must be at least 1".into()));
+        }
+        if self.max_batch_tokens == 0 {
+            return Err(("max_batch_tokens", "must be at least 1".into()));
+        }
+        if self.block_tokens == 0 {
+            return Err(("block_tokens", "must be at least 1".into()));
+        }
+        if self.kv_tokens < u64::from(self.max_batch_tokens.min(16)) {
+            return Err(("kv_tokens", format!("{} tokens hold no request", self.kv_tokens)));
+        }
+        Ok(())
+    }
+
+    /// This model with the what-if changes applied.
+    pub fn with(mut self, w: WhatIf) -> Result<Self, (&'static str, String)> {
+        if let Some(n) = w.max_seqs {
+            self.max_seqs = n;
+        }
+        if let Some(k) = w.kv_tokens {
+            self.kv_tokens = k;
+        }
+        if let Some(x) = w.speed {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(("speed", format!("{x} is not a positive factor")));
+            }
+            let s = &mut self.step;
+            for v in [
+                &mut s.base_ms,
+                &mut s.prefill_token_ms,
+                &mut s.prefill_pair_mt_ms,
+                &mut s.cached_token_ms,
+                &mut s.decode_seq_ms,
+                &mut s.context_kt_ms,
+            ] {
+                *v /= x;
+            }
+        }
+        self.check()?;
+        Ok(self)
+    }
+
+    /// The file's JSON (pretty).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a server model serialises") + "\n"
+    }
+}

@@ -1,0 +1,397 @@
+//! Predicted runs: a benchmark's own schedule and workload through the twin's engine on a
+//! virtual clock. The result is a normal run directory (records, series, summary), made by
+//! the code every run uses, with each request timed as the engine says: sent at its
+//! intended time (open loop) or when its slot's previous request ended (closed loop), seen
+//! by the scheduler `arrival_overhead_ms` later, each token at its step's end plus
+//! `emit_overhead_ms`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+
+use quetta_engine::Usage;
+use quetta_loadgen::{Load, RunOutcome};
+use quetta_metrics::{Aggregate, Observation, RequestRecord};
+use quetta_sim::engine::{Engine, EngineRequest, Token};
+use quetta_sim::model::ServerModel;
+use quetta_workload::spec::BuiltWork;
+use quetta_workload::Workload;
+
+use crate::{BenchReport, Benchmark, Error, Result, RunDir};
+
+/// One request of a prediction while it runs.
+struct Flight {
+    index: u64,
+    intended_ns: u64,
+    sent_ns: u64,
+    input: u32,
+    output: u32,
+    tokens: Vec<u64>,
+}
+
+/// How sends are made.
+enum Pace {
+    /// At these offsets (ns), at most `cap` in flight.
+    Open { offsets: VecDeque<u64>, cap: usize },
+    /// `concurrency` slots; stop after `count` requests or past `deadline_ns`.
+    Closed { concurrency: usize, count: Option<u64>, deadline_ns: Option<u64> },
+}
+
+struct Sim<'a> {
+    engine: Engine,
+    model: &'a ServerModel,
+    work: &'a mut dyn Workload,
+    next_index: u64,
+    exhausted: bool,
+    flights: std::collections::HashMap<u64, Flight>,
+    /// Closed loop: slot free times; open loop: requests due but capped.
+    ready: BinaryHeap<Reverse<(u64, u64)>>,
+    /// (at_ns, id) of requests the scheduler has not seen yet.
+    arriving: BinaryHeap<Reverse<(u64, u64)>>,
+    done: Vec<Observation>,
+    sent: u64,
+    /// Open loop: the next send waits for the cap.
+    cap_waiting: bool,
+}
+
+/// The time a client takes to issue one request after another (closed loop's first sends).
+const SEND_SPACING_NS: u64 = 50_000;
+
+fn ns(ms: f64) -> u64 {
+    (ms * 1e6).round().max(0.0) as u64
+}
+
+impl Sim<'_> {
+    /// Send the next workload request at `at_ns` (intended at `intended_ns`).
+    fn send(&mut self, intended_ns: u64, at_ns: u64) -> bool {
+        if self.exhausted {
+            return false;
+        }
+        let Some(p) = self.work.request(self.next_index) else {
+            self.exhausted = true;
+            return false;
+        };
+        let id = self.next_index;
+        self.next_index += 1;
+        self.sent += 1;
+        self.flights.insert(
+            id,
+            Flight {
+                index: p.index,
+                intended_ns,
+                sent_ns: at_ns,
+                input: p.input_tokens.saturating_add(self.model.prompt_extra_tokens).max(1),
+                output: p.max_tokens.max(1),
+                tokens: Vec::new(),
+            },
+        );
+        self.arriving.push(Reverse((at_ns + ns(self.model.arrival_overhead_ms), id)));
+        true
+    }
+
+    fn admit_until(&mut self, now: u64) {
+        while let Some(&Reverse((at, id))) = self.arriving.peek() {
+            if at > now {
+                break;
+            }
+            self.arriving.pop();
+            let f = &self.flights[&id];
+            self.engine.submit(EngineRequest {
+                id,
+                at_ns: at,
+                prompt_tokens: f.input,
+                cached_tokens: 0,
+                output_tokens: f.output,
+            });
+        }
+    }
+
+    /// Tokens of a step: finished requests become observations; their ends, in `ended`.
+    fn take(&mut self, tokens: &[Token], stream: bool, ended: &mut Vec<u64>) {
+        let emit = ns(self.model.emit_overhead_ms);
+        for t in tokens {
+            let Some(f) = self.flights.get_mut(&t.id) else { continue };
+            f.tokens.push(t.at_ns + emit);
+            if t.last {
+                let f = self.flights.remove(&t.id).expect("present");
+                ended.push(*f.tokens.last().expect("a token"));
+                self.done.push(observe(f, stream));
+            }
+        }
+    }
+}
+
+fn observe(f: Flight, stream: bool) -> Observation {
+    let d = Duration::from_nanos;
+    let last = *f.tokens.last().expect("a token");
+    let first = if stream { f.tokens[0] } else { last };
+    let itl_us = if stream {
+        f.tokens
+            .windows(2)
+            .map(|w| u32::try_from((w[1] - w[0]) / 1_000).unwrap_or(u32::MAX))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Observation {
+        id: f.index,
+        intended: d(f.intended_ns),
+        started: d(f.intended_ns),
+        sent: Some(d(f.sent_ns)),
+        headers: Some(d(first)),
+        first_byte: Some(d(first)),
+        first_token: Some(d(first)),
+        first_output: Some(d(first)),
+        end: d(last),
+        itl_us,
+        token_chunks: if stream { f.tokens.len() as u32 } else { 1 },
+        usage: Some(Usage::tokens(Some(u64::from(f.input)), Some(f.tokens.len() as u64))),
+        planned_input_tokens: f.input,
+        planned_output_tokens: f.output,
+        status: Some(200),
+        finish_reason: Some("length".into()),
+        streamed: stream,
+        attempts: 1,
+        ..Observation::default()
+    }
+}
+
+/// Run the engine over the paced workload; the observations, in completion order.
+fn simulate(
+    model: &ServerModel,
+    work: &mut dyn Workload,
+    mut pace: Pace,
+    stream: bool,
+) -> Vec<Observation> {
+    let mut s = Sim {
+        engine: Engine::new(model),
+        model,
+        work,
+        next_index: 0,
+        exhausted: false,
+        flights: Default::default(),
+        ready: BinaryHeap::new(),
+        arriving: BinaryHeap::new(),
+        done: Vec::new(),
+        sent: 0,
+        cap_waiting: false,
+    };
+    let mut now = 0u64;
+    if let Pace::Closed { concurrency, .. } = &pace {
+        // A client sends "at once" one request after another, not at one instant: the
+        // server's loop, idle, starts its first step on the first to arrive and the others
+        // join the next one, as with the live twin and llama.cpp.
+        for k in 0..*concurrency as u64 {
+            s.ready.push(Reverse((k * SEND_SPACING_NS, 0)));
+        }
+    }
+    let (mut out, mut ended) = (Vec::new(), Vec::new());
+    loop {
+        release(&mut s, &mut pace, now);
+        s.admit_until(now);
+        if let Some(end) = s.engine.begin_step(now) {
+            out.clear();
+            s.engine.end_step(&mut out);
+            ended.clear();
+            s.take(&out, stream, &mut ended);
+            // sends due during the step go out at their own times, seen from its end on
+            if let Pace::Closed { .. } = &pace {
+                for &e in &ended {
+                    s.ready.push(Reverse((e, 0)));
+                }
+            }
+            release(&mut s, &mut pace, end);
+            now = end;
+            continue;
+        }
+        // idle: the next arrival, or nothing more to do
+        let next_arrival = s.arriving.peek().map(|Reverse((at, _))| *at);
+        let next_send = match &pace {
+            Pace::Open { offsets, .. } => offsets.front().copied(),
+            Pace::Closed { .. } => None,
+        };
+        match next_arrival.into_iter().chain(next_send).min() {
+            Some(t) => now = t.max(now),
+            None => return s.done,
+        }
+    }
+}
+
+/// Make the sends that are due at `now`.
+fn release(s: &mut Sim<'_>, pace: &mut Pace, now: u64) {
+    match pace {
+        Pace::Closed { count, deadline_ns, .. } => {
+            while let Some(&Reverse((free, _))) = s.ready.peek() {
+                if free > now {
+                    break;
+                }
+                s.ready.pop();
+                let over =
+                    count.is_some_and(|c| s.sent >= c) || deadline_ns.is_some_and(|d| free >= d);
+                if !over {
+                    s.send(free, free);
+                }
+            }
+        }
+        Pace::Open { offsets, cap } => {
+            while let Some(&o) = offsets.front() {
+                if o > now {
+                    s.cap_waiting = false;
+                    break;
+                }
+                if s.flights.len() >= *cap {
+                    // sent when a request ends (at a step's end)
+                    s.cap_waiting = true;
+                    break;
+                }
+                offsets.pop_front();
+                let at = if s.cap_waiting { now } else { o };
+                s.send(o, at);
+            }
+        }
+    }
+}
+
+impl Benchmark {
+    /// Predict this benchmark against `model`'s twin on a virtual clock: the schedule and
+    /// workload this benchmark would send, through the iteration-level engine, written as
+    /// a run (records, series, summary, into [`Benchmark::output_dir`] when set). An hour
+    /// of load takes seconds. Multi-turn sessions are refused; warmup requests are not
+    /// predicted (the twin has no cold start); every request generates its planned
+    /// `max_tokens`.
+    pub fn predict_blocking(self, model: &ServerModel) -> Result<BenchReport> {
+        crate::runtime(Some(1))?.block_on(self.predict(model))
+    }
+
+    /// [`Benchmark::predict_blocking`] on the caller's runtime.
+    pub async fn predict(self, model: &ServerModel) -> Result<BenchReport> {
+        model.check().map_err(|(f, m)| Error::config(format!("the server model's {f}: {m}")))?;
+        let p = self.prepare().await?;
+        let crate::bench::Prepared { built, cfg, sessions, load, mut notes } = p;
+        if sessions.is_some() {
+            return Err(Error::config(
+                "predict runs request workloads; multi-turn sessions are not predicted",
+            ));
+        }
+        let offsets = cfg.intended_offsets().map_err(|e| Error::config(e.to_string()))?;
+        let pace = match (&cfg.load, offsets) {
+            (Load::Closed { concurrency }, _) => Pace::Closed {
+                concurrency: (*concurrency).max(1),
+                count: cfg.num_requests,
+                deadline_ns: cfg.duration.map(|d| d.as_nanos() as u64),
+            },
+            (l, o) => Pace::Open {
+                offsets: o.unwrap_or_default().iter().map(|d| d.as_nanos() as u64).collect(),
+                cap: l.max_concurrency().unwrap_or(usize::MAX),
+            },
+        };
+        let settings = crate::summary::predicted_settings(&self, &built, &load, &cfg, model);
+        let BuiltWork::Requests(mut work) = built.into_work() else {
+            return Err(Error::config("predict runs request workloads"));
+        };
+        if cfg.warmup > 0 {
+            notes.push(format!(
+                "the {} warmup requests were not predicted (a twin has no cold start)",
+                cfg.warmup
+            ));
+        }
+        notes.push(format!(
+            "predicted by the twin of {} ({}), not measured: {}",
+            model.server, model.model, "docs/SIMULATOR.md"
+        ));
+        let started = Instant::now();
+        let obs = simulate(model, &mut *work, pace, cfg.stream);
+        let wall = started.elapsed();
+        let dir = match &self.output_dir {
+            Some(d) => Some(RunDir::create(d, self.overwrite)?),
+            None => None,
+        };
+        let outcome = outcome(&self, &cfg, obs, dir.as_ref())?;
+        notes.push(format!("the prediction took {:.2} s", wall.as_secs_f64()));
+        let target = crate::summary::predicted_target(&self, model);
+        let manifest = quetta_report::RunManifest::new(
+            settings.clone(),
+            target.clone(),
+            self.slos.as_ref().map(ToString::to_string),
+            self.percentiles.clone(),
+        );
+        if let Some(d) = &dir {
+            d.write_manifest(&manifest)?;
+        }
+        let summary =
+            crate::summary::assemble(&self, &outcome, settings, target, notes, None, (None, None));
+        if let Some(d) = &dir {
+            d.write_series(&outcome.series)?;
+            d.write_summary(&summary)?;
+        }
+        Ok(BenchReport {
+            summary,
+            series: outcome.series,
+            dir: dir.map(|d| d.path().to_path_buf()),
+        })
+    }
+}
+
+/// The run outcome of predicted observations (records streamed to the directory).
+fn outcome(
+    b: &Benchmark,
+    cfg: &quetta_loadgen::RunConfig,
+    obs: Vec<Observation>,
+    dir: Option<&RunDir>,
+) -> Result<RunOutcome> {
+    use std::io::Write as _;
+    let mut agg = Aggregate::new(cfg.slos.clone());
+    let mut series = quetta_metrics::series::SeriesBuilder::default();
+    let mut w = match dir {
+        Some(d) => Some(d.create_records()?),
+        None => None,
+    };
+    let (mut first, mut last, mut busy) = (f64::MAX, f64::MIN, 0.0);
+    let n = obs.len() as u64;
+    for o in obs {
+        let r = RequestRecord::from_observation(o);
+        if let Some(s) = r.sent_offset_ms {
+            first = first.min(s);
+            last = last.max(s);
+            busy += r.end_offset_ms - s;
+        }
+        if let Some(w) = w.as_mut() {
+            let line = serde_json::to_string(&r).map_err(|e| Error::config(e.to_string()))?;
+            writeln!(w, "{line}")
+                .map_err(|e| Error::config(format!("writing the records: {e}")))?;
+        }
+        agg.add(&r);
+        series.add(&r);
+    }
+    if let Some(mut w) = w {
+        w.flush().map_err(|e| Error::config(format!("writing the records: {e}")))?;
+    }
+    let s = series.finish();
+    let steadiness = series.steadiness(&s);
+    let _ = b;
+    Ok(RunOutcome {
+        aggregate: agg,
+        planned: cfg.num_requests,
+        dispatched: n,
+        records: n,
+        sent: n,
+        warmup_completed: 0,
+        warmup_failed: 0,
+        interrupted: false,
+        sink_error: None,
+        started_at: SystemTime::now(),
+        achieved_send_rate: quetta_metrics::rates::send_rate(
+            n,
+            (n > 0).then_some(first),
+            (n > 0).then_some(last),
+        ),
+        cancelled_in_drain: 0,
+        run_start: Instant::now(),
+        series: s,
+        steadiness,
+        stopped_on_saturation: false,
+        sessions: None,
+        client: Default::default(),
+        busy_s: busy / 1e3,
+    })
+}
