@@ -62,18 +62,29 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
     let d = std::env::temp_dir().join(format!("quetta-twin-llama-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     let model_path = d.join("server-model.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
-        .args(["calibrate", "--base-url", &url])
-        .args(["--prefill-lengths", "32,128,256", "--decode-contexts", "32,128"])
-        .args(["--decode-tokens", "32", "--seqs-probe", "8", "--output-dir"])
-        .arg(&d)
-        .arg("-o")
-        .arg(&model_path)
-        .output()
-        .unwrap();
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{text}");
+    // A calibration this noisy server refuses (a fit under R² 0.9: it happened once in CI
+    // on the decode fit of the short options) is tried once more; twice is a failure.
+    let calibrate = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
+            .args(["calibrate", "--base-url", &url])
+            .args(["--prefill-lengths", "32,128,256", "--decode-contexts", "32,256"])
+            .args(["--decode-tokens", "48", "--seqs-probe", "8", "--output-dir"])
+            .arg(&d)
+            .arg("-o")
+            .arg(&model_path)
+            .output()
+            .unwrap();
+        let t =
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        (o.status.success(), t)
+    };
+    let (mut ok, mut text) = calibrate();
+    if !ok {
+        eprintln!("first calibration refused, once more:\n{text}");
+        assert!(text.contains("no model written"), "{text}");
+        (ok, text) = calibrate();
+    }
+    assert!(ok, "{text}");
     eprintln!("{text}");
     let model = ServerModel::load(&model_path).unwrap();
     assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
