@@ -6,7 +6,8 @@
 //! (the kernel's high-resolution timer, armed with no slack) registered with the runtime's
 //! reactor: the worker thread that waits in `epoll` wakes when the deadline passes, to the
 //! microsecond on an idle machine, and no thread spins. Elsewhere, or when the kernel
-//! refuses a timerfd, it is tokio's sleep.
+//! refuses a timerfd, it is tokio's sleep. The twin's engine steps use it; the fixed-delay
+//! streams do not yet (docs/PERFORMANCE.md, Timing accuracy).
 
 use std::future::Future;
 use std::pin::Pin;
