@@ -229,7 +229,7 @@ fn fit_or_refuse(what: &str, x: &[Vec<f64>], y: &[f64]) -> Result<(Vec<f64>, f64
 
 /// The prefill fit, given the step's base: TTFT − base = overhead + p·n + q·n²/2/10⁶
 /// (relative residuals); a negative attention term q is dropped, a negative overhead is
-/// taken as none (both refitted). Returns (overhead, [_, p, q], R²).
+/// taken as none, and a negative p beside a positive q drops q (all refitted). Returns (overhead, [_, p, q], R²).
 fn fit_prefill(pre: &[Point], base: f64) -> Result<(f64, Vec<f64>, f64), ProbeError> {
     let y: Vec<f64> = pre.iter().map(|p| p.y).collect();
     let solve = |cols: &dyn Fn(&Point) -> Vec<f64>| -> Result<Vec<f64>, ProbeError> {
@@ -253,10 +253,25 @@ fn fit_prefill(pre: &[Point], base: f64) -> Result<(f64, Vec<f64>, f64), ProbeEr
             vec![0.0, v[0], v[1]]
         };
     }
+    if b[1] <= 0.0 && b[2] > 0.0 {
+        // three lengths let a steep attention term buy a negative per-token cost: with
+        // noisy times the linear model (a prompt's tokens cost alike) is the one to trust
+        let v = solve(&|p| vec![1.0, p.x[0]])?;
+        b = if v[0] < 0.0 {
+            vec![0.0, solve(&|p| vec![p.x[0]])?[0], 0.0]
+        } else {
+            vec![v[0], v[1], 0.0]
+        };
+    }
+    let measured = || {
+        let v: Vec<String> = pre.iter().map(|p| format!("({:.0}) {:.1} ms", p.x[0], p.y)).collect();
+        v.join("; ")
+    };
     if b[1] <= 0.0 {
         return Err(ProbeError::Invalid(format!(
-            "prefill cost per token came out {:.4} ms: longer prompts were not slower",
-            b[1]
+            "prefill cost per token came out {:.4} ms: longer prompts were not slower; measured: {}",
+            b[1],
+            measured()
         )));
     }
     let rows: Vec<Vec<f64>> = pre.iter().map(|p| vec![1.0, p.x[0], p.x[1]]).collect();
@@ -264,7 +279,8 @@ fn fit_prefill(pre: &[Point], base: f64) -> Result<(f64, Vec<f64>, f64), ProbeEr
     let r2 = r_squared(&rows, &shifted, &b);
     if r2 < MIN_R2 {
         return Err(ProbeError::Invalid(format!(
-            "the prefill fit explains too little of its data (R² {r2:.3} < {MIN_R2}): the server's times are too noisy for a model (is something else loading it?)"
+            "the prefill fit explains too little of its data (R² {r2:.3} < {MIN_R2}): the server's times are too noisy for a model (is something else loading it?); measured: {}",
+            measured()
         )));
     }
     Ok((b[0], b, r2))
