@@ -208,7 +208,12 @@ fn banner(a: &RunArgs) {
     for w in a.warnings() {
         eprintln!("warning: {w}");
     }
-    if a.embedded_simulator() {
+    if let (true, Some(m)) = (a.embedded_simulator(), &a.sim_model) {
+        eprintln!(
+            "no --base-url: benchmarking Quetta's embedded simulator as the twin in {}",
+            m.display()
+        );
+    } else if a.embedded_simulator() {
         eprintln!(
             "no --base-url: benchmarking Quetta's embedded simulator (TTFT {} ms, ITL {} ms)",
             a.sim_ttft_ms, a.sim_itl_ms
@@ -228,7 +233,11 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let r = if a.predict {
-        let model = a.sim_model()?.context("--predict needs --sim-model")?;
+        let model = b
+            .target
+            .sim_config()
+            .and_then(|c| c.server_model.clone())
+            .context("--predict needs --sim-model")?;
         rt.block_on(b.predict(&model))?
     } else {
         banner(a);

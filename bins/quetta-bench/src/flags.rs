@@ -738,15 +738,19 @@ impl RunArgs {
             }
             (BackendArg::Litellm, Some(u)) => Target::litellm(u),
             (_, Some(u)) => Target::openai(u),
-            (_, None) => Target::simulator(SimConfig {
-                ttft: Duration::from_secs_f64(self.sim_ttft_ms.max(0.0) / 1e3),
-                itl: Duration::from_secs_f64(self.sim_itl_ms.max(0.0) / 1e3),
-                faults: self.sim_faults.clone(),
-                max_running: self.sim_max_running,
-                server_model: self.sim_model()?,
-                token_counter: self.token_counter()?,
-                ..SimConfig::default()
-            }),
+            (_, None) => {
+                let c = SimConfig {
+                    ttft: Duration::from_secs_f64(self.sim_ttft_ms.max(0.0) / 1e3),
+                    itl: Duration::from_secs_f64(self.sim_itl_ms.max(0.0) / 1e3),
+                    faults: self.sim_faults.clone(),
+                    max_running: self.sim_max_running,
+                    ..SimConfig::default()
+                };
+                Target::simulator(match self.twin()? {
+                    Some(t) => t.sim_config(c),
+                    None => c,
+                })
+            }
         };
         if self.endpoint() == Endpoint::Completions {
             t = t.completions();
@@ -904,27 +908,19 @@ impl RunArgs {
         }
     }
 
-    /// `--sim-model` with the what-if flags applied (the file is read here).
-    pub fn sim_model(&self) -> Result<Option<quetta::sim::model::ServerModel>> {
+    /// The twin named by --sim-model, its what-if flags applied, counting prompts with
+    /// --tokenizer when one is given.
+    pub fn twin(&self) -> Result<Option<quetta::Twin>> {
         let Some(p) = &self.sim_model else { return Ok(None) };
         if self.base_url.is_some() {
             bail!("--sim-model makes the embedded simulator a twin: drop --base-url");
         }
-        let m = quetta::sim::model::ServerModel::load(p)?;
         let w = quetta::sim::model::WhatIf {
             max_seqs: self.sim_max_seqs,
             kv_tokens: self.sim_kv_tokens,
             speed: self.sim_speed,
         };
-        let m = m.with(w).map_err(|(f, e)| anyhow::anyhow!("{}: what-if {f}: {e}", p.display()))?;
-        Ok(Some(m))
-    }
-
-    /// The twin counts prompt tokens with --tokenizer, when one is given.
-    fn token_counter(&self) -> Result<Option<quetta::sim::TokenCounter>> {
-        let (Some(_), Some(t)) = (&self.sim_model, &self.tokenizer) else { return Ok(None) };
-        let tok = std::sync::Arc::new(quetta::workload::tokenizer::Tokenizer::resolve(t)?);
-        Ok(Some(quetta::sim::TokenCounter(std::sync::Arc::new(move |s: &str| tok.count(s) as u64))))
+        Ok(Some(quetta::Twin::load(p, w, self.tokenizer.as_deref())?))
     }
 
     /// The one conversion of the flags to a benchmark (reads only a --sim-model file and

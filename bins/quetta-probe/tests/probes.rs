@@ -1,6 +1,8 @@
 //! Every live probe through the `quetta-probe` binary, against the simulator (with known
 //! costs) and against the real llama.cpp server (`QUETTA_LLAMA_URL`, started by `.ci/run`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -107,17 +109,7 @@ fn probes_against_the_simulator_recover_its_costs() {
 
 #[test]
 fn probes_against_real_llama_cpp() {
-    let url = match std::env::var("QUETTA_LLAMA_URL") {
-        Ok(u) if !u.is_empty() => u,
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must start the llama.cpp server and set QUETTA_LLAMA_URL"
-            );
-            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
-            return;
-        }
-    };
+    let Some(url) = common::llama_url() else { return };
     let d = tmp("llama");
     let ds = d.to_str().unwrap();
     for (args, probe_name) in [

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use quetta_sim::model::{ServerModel, WhatIf};
+use quetta_sim::model::WhatIf;
 use quetta_sim::{OutputLen, SimConfig, Simulator};
 
 /// `quetta-bench run`'s flags, shared with `quetta-sim predict` (one source file, compiled
@@ -89,9 +89,14 @@ struct Args {
     response_headers: Vec<(String, String)>,
     #[command(flatten)]
     twin: TwinArgs,
+    /// The twin counts prompt tokens with this tokenizer (a tokenizer.json or a cached
+    /// Hugging Face id) instead of whitespace-separated words.
+    #[arg(long, requires = "server_model")]
+    tokenizer: Option<String>,
 }
 
-/// The twin of a calibrated server.
+/// The twin of a calibrated server (`quetta-sim predict` takes --tokenizer from the run
+/// flags, where it also builds exact prompts).
 #[derive(Debug, Clone, clap::Args)]
 struct TwinArgs {
     /// Serve as the twin of this server model (`quetta-probe calibrate`): every token when
@@ -107,26 +112,13 @@ struct TwinArgs {
     /// What-if: steps this many times faster (2, 2x, 0.5x).
     #[arg(long, requires = "server_model", value_parser = flags::speed_arg)]
     speed: Option<f64>,
-    /// Count prompt tokens with this tokenizer (a tokenizer.json or a cached Hugging Face
-    /// id) instead of whitespace-separated words.
-    #[arg(long, requires = "server_model")]
-    tokenizer: Option<String>,
 }
 
 impl TwinArgs {
-    fn model(&self) -> Result<Option<ServerModel>> {
+    fn load(&self, tokenizer: Option<&str>) -> Result<Option<quetta::Twin>> {
         let Some(p) = &self.server_model else { return Ok(None) };
         let w = WhatIf { max_seqs: self.max_seqs, kv_tokens: self.kv_tokens, speed: self.speed };
-        let m = ServerModel::load(p)?
-            .with(w)
-            .map_err(|(f, e)| anyhow::anyhow!("{}: what-if {f}: {e}", p.display()))?;
-        Ok(Some(m))
-    }
-
-    fn counter(&self) -> Result<Option<quetta_sim::TokenCounter>> {
-        let Some(t) = &self.tokenizer else { return Ok(None) };
-        let tok = std::sync::Arc::new(quetta::workload::tokenizer::Tokenizer::resolve(t)?);
-        Ok(Some(quetta_sim::TokenCounter(std::sync::Arc::new(move |s: &str| tok.count(s) as u64))))
+        Ok(Some(quetta::Twin::load(p, w, tokenizer)?))
     }
 }
 
@@ -134,24 +126,23 @@ impl TwinArgs {
 #[derive(Debug, Parser)]
 #[command(name = "quetta-sim predict", version)]
 struct PredictArgs {
-    #[command(flatten)]
-    twin: TwinArgs,
+    /// Every `quetta-bench run` flag; the twin's are --server-model (--sim-model),
+    /// --max-seqs, --kv-tokens and --speed.
     #[command(flatten)]
     run: flags::RunArgs,
 }
 
 fn predict(args: impl Iterator<Item = std::ffi::OsString>) -> Result<std::process::ExitCode> {
-    let mut a = PredictArgs::parse_from(args);
-    let model = a.twin.model()?.context("quetta-sim predict needs --server-model FILE")?;
+    let a = PredictArgs::parse_from(args);
+    if a.run.sim_model.is_none() {
+        bail!("quetta-sim predict needs --server-model FILE");
+    }
     if a.run.base_url.is_some() {
         bail!("quetta-sim predict runs on the twin: drop --base-url");
     }
-    a.run.sim_model.clone_from(&a.twin.server_model);
-    if a.run.tokenizer.is_none() {
-        a.run.tokenizer.clone_from(&a.twin.tokenizer);
-    }
     let b = a.run.to_benchmark()?;
-    let r = b.predict_blocking(&model)?;
+    let model = b.target.sim_config().and_then(|c| c.server_model.clone());
+    let r = b.predict_blocking(&model.context("the twin's model")?)?;
     let s = &r.summary;
     let m = &s.metrics;
     let p = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}"));
@@ -221,6 +212,7 @@ fn main() -> Result<std::process::ExitCode> {
         return predict(std::iter::once(prog).chain(argv));
     }
     let a = Args::parse();
+    let twin = a.twin.load(a.tokenizer.as_deref())?;
     let cfg = SimConfig {
         bind: SocketAddr::new(a.host, a.port),
         model: a.model,
@@ -242,8 +234,8 @@ fn main() -> Result<std::process::ExitCode> {
         prefix_block_tokens: a.prefix_block_tokens.max(1),
         image_tokens: a.image_tokens,
         response_headers: a.response_headers,
-        server_model: a.twin.model()?,
-        token_counter: a.twin.counter()?,
+        server_model: twin.as_ref().map(|t| t.model.clone()),
+        token_counter: twin.and_then(|t| t.token_counter),
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
     match &sim.config().server_model {

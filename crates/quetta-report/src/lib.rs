@@ -32,7 +32,7 @@ pub use merge::{merge, MergeOptions};
 pub use summary::{
     error_lines, metric_table, partial_label, render_summary, turn_table, verdict_line,
     ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun,
-    ShardsSummary, SimSettings, Summary, Target, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    ShardsSummary, SimSettings, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 

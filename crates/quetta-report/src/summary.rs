@@ -110,7 +110,16 @@ pub struct Target {
     pub embedded_simulator: bool,
 }
 
+/// The backend of a run predicted on a twin's virtual clock (`quetta-sim predict`): no
+/// client ran, so it has no client or connection figures.
+pub const PREDICTED_BACKEND: &str = "quetta-sim twin (predicted)";
+
 impl Target {
+    /// Whether the run was predicted on a twin, not measured.
+    pub fn is_predicted(&self) -> bool {
+        self.backend == PREDICTED_BACKEND
+    }
+
     /// A target nothing is known of (a rebuilt run without `run.json`).
     pub fn unknown() -> Self {
         Self {
@@ -718,7 +727,9 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
         );
     }
     let ended = m.completed + m.failed;
-    if ended > 0 {
+    if sum.target.is_predicted() {
+        let _ = writeln!(s, "client     none: predicted on the twin's virtual clock (no connections, no client figures)");
+    } else if ended > 0 {
         let mut line = format!("connections {} new for {ended} requests", m.new_connections);
         if m.stale_connection_retries > 0 {
             let _ = write!(
@@ -729,7 +740,9 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
         }
         let _ = writeln!(s, "{line} (see docs/METRICS.md, Connections)");
     }
-    s.push_str(&client_line(sum));
+    if !sum.target.is_predicted() {
+        s.push_str(&client_line(sum));
+    }
     s.push_str(&shard_lines(sum));
     for n in &sum.notes {
         let _ = writeln!(s, "note       {n}");

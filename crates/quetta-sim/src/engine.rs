@@ -123,6 +123,17 @@ impl Engine {
         self.stats.peak_waiting = self.stats.peak_waiting.max(self.waiting.len() as u32);
     }
 
+    /// Drop request `id` (its client went away, as a server aborts a request whose
+    /// connection closed): it leaves the queue or the batch and frees its KV. Between
+    /// steps only. Whether it was there.
+    pub fn abort(&mut self, id: u64) -> bool {
+        debug_assert!(self.step_end.is_none(), "abort between steps");
+        let before = self.waiting.len() + self.running.len();
+        self.waiting.retain(|s| s.req.id != id);
+        self.running.retain(|s| s.req.id != id);
+        self.waiting.len() + self.running.len() < before
+    }
+
     /// Nothing running and nothing waiting.
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()
@@ -305,6 +316,23 @@ mod tests {
         let at: Vec<u64> = t.iter().map(|t| t.at_ns / 1_000_000).collect();
         assert_eq!(at, vec![20, 31, 42]);
         assert!(t[2].last && !t[1].last);
+    }
+
+    #[test]
+    fn an_aborted_request_leaves_its_slot_to_the_next() {
+        let mut e = Engine::new(&model(1, 100_000));
+        e.submit(req(1, 0, 100, 1_000));
+        e.submit(req(2, 0, 100, 2));
+        let mut out = Vec::new();
+        e.begin_step(0).expect("a step");
+        e.end_step(&mut out);
+        assert_eq!(out.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1]);
+        assert!(e.abort(1), "request 1 was running");
+        assert!(!e.abort(1), "and is gone");
+        // request 2 takes the one slot at once: prefill 20 ms, then one decode step
+        let t = run(&mut e, &[]);
+        assert_eq!(t.iter().map(|t| (t.id, t.index)).collect::<Vec<_>>(), vec![(2, 0), (2, 1)]);
+        assert!(e.is_idle());
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub enum ModelError {
     Parse { path: String, line: usize, column: usize, message: String },
     #[error("{path}: field {field}: {message}")]
     Field { path: String, field: &'static str, message: String },
+    /// A what-if change that makes no model (`--speed 0`).
+    #[error("{path}: what-if {field}: {message}")]
+    WhatIf { path: String, field: &'static str, message: String },
 }
 
 /// What-if changes to a model (`--max-seqs`, `--kv-tokens`, `--speed`).
@@ -139,6 +142,16 @@ impl ServerModel {
         })?;
         m.check().map_err(|(field, message)| ModelError::Field { path: p, field, message })?;
         Ok(m)
+    }
+
+    /// Read and check a model file, then apply the what-if changes (the one way the
+    /// binaries and embedders open a twin's model).
+    pub fn load_with(path: &Path, what_if: WhatIf) -> Result<Self, ModelError> {
+        Self::load(path)?.with(what_if).map_err(|(field, message)| ModelError::WhatIf {
+            path: path.display().to_string(),
+            field,
+            message,
+        })
     }
 
     /// The first field that would make the engine meaningless, and why.

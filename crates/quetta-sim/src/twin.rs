@@ -4,7 +4,8 @@
 //! The engine's timeline is kept exactly: a step ends `StepTime::ms` after it began, and
 //! the next begins there, however late the task woke, so wake-up delays never add up; a
 //! token is stamped with its step's end and its chunk leaves as soon after as the stream
-//! is polled.
+//! is polled. A request whose stream is gone (its client disconnected) is aborted at its
+//! next token, as a real server notices a closed connection when it writes.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -51,6 +52,10 @@ pub(crate) async fn drive(model: ServerModel, epoch: Instant, mut rx: UnboundedR
                     Some(tx) => tx.send(at(t.at_ns) + emit).is_err(),
                     None => true,
                 };
+                if gone {
+                    // the client went away: a server aborts the request, freeing its slot
+                    engine.abort(t.id);
+                }
                 if t.last || gone {
                     streams.remove(&t.id);
                 }

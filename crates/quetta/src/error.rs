@@ -30,6 +30,9 @@ pub enum Error {
     /// A results directory could not be written or read.
     #[error(transparent)]
     Report(#[from] quetta_report::ReportError),
+    /// A twin's server model could not be read or changed as asked.
+    #[error(transparent)]
+    ServerModel(#[from] quetta_sim::model::ModelError),
     /// An SLO could not be parsed.
     #[error(transparent)]
     Slo(#[from] quetta_metrics::SloError),

@@ -49,6 +49,7 @@ mod summary;
 mod sweep;
 mod target;
 mod telemetry;
+mod twin;
 
 pub use bench::{BenchReport, Benchmark, SessionOptions, Telemetry, DEFAULT_REQUESTS};
 pub use error::{Error, Result};
@@ -74,6 +75,7 @@ pub use quetta_report::{
 pub use quetta_sim::SimConfig;
 pub use quetta_workload::arrival::Arrival;
 pub use quetta_workload::spec::WorkloadSpec;
+pub use twin::{token_counter, Twin};
 
 /// The adapters' own configurations, for [`Target::sagemaker`] and [`Target::vertex`].
 pub mod managed {

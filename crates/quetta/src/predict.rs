@@ -306,7 +306,7 @@ impl Benchmark {
             Some(d) => Some(RunDir::create(d, self.overwrite)?),
             None => None,
         };
-        let outcome = outcome(&self, &cfg, obs, dir.as_ref())?;
+        let outcome = outcome(&cfg, obs, dir.as_ref())?;
         notes.push(format!("the prediction took {:.2} s", wall.as_secs_f64()));
         let target = crate::summary::predicted_target(&self, model);
         let manifest = quetta_report::RunManifest::new(
@@ -334,7 +334,6 @@ impl Benchmark {
 
 /// The run outcome of predicted observations (records streamed to the directory).
 fn outcome(
-    b: &Benchmark,
     cfg: &quetta_loadgen::RunConfig,
     obs: Vec<Observation>,
     dir: Option<&RunDir>,
@@ -368,7 +367,6 @@ fn outcome(
     }
     let s = series.finish();
     let steadiness = series.steadiness(&s);
-    let _ = b;
     Ok(RunOutcome {
         aggregate: agg,
         planned: cfg.num_requests,

@@ -37,7 +37,7 @@ pub(crate) fn predicted_settings(
 pub(crate) fn predicted_target(b: &Benchmark, model: &quetta_sim::model::ServerModel) -> Target {
     let s = predicted_settings_endpoint(b);
     Target {
-        backend: "quetta-sim twin (predicted)".into(),
+        backend: quetta_report::PREDICTED_BACKEND.into(),
         base_url: model.server.clone(),
         endpoint: s.into(),
         model: b.target.model.clone().unwrap_or_else(|| model.model.clone()),

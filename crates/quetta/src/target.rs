@@ -263,11 +263,15 @@ impl Target {
                 let url = sim.base_url();
                 let model = self.model.clone().unwrap_or_else(|| cfg.model.clone());
                 let mut c = self.connect_openai(&url, Some(model)).await?;
-                c.notes.push(format!(
-                    "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
-                    cfg.ttft.as_secs_f64() * 1e3,
-                    cfg.itl.as_secs_f64() * 1e3
-                ));
+                // a twin's timing is its model's (its own note says whose)
+                c.notes.push(match &cfg.server_model {
+                    Some(_) => "target is Quetta's embedded simulator serving a twin, not a real server; client CPU figures include it".into(),
+                    None => format!(
+                        "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
+                        cfg.ttft.as_secs_f64() * 1e3,
+                        cfg.itl.as_secs_f64() * 1e3
+                    ),
+                });
                 c.embedded_simulator = true;
                 c.simulator = Some(Arc::new(sim));
                 Ok(c)

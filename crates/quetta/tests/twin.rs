@@ -3,12 +3,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{fixtures, tmpdir, validate_run_dir};
 use quetta::sim::model::{FitQuality, Fits, ServerModel, StepTime, WhatIf, SERVER_MODEL_VERSION};
-use quetta::sim::TokenCounter;
-use quetta::{Arrival, Benchmark, Load, SimConfig, Target, WorkloadSpec};
+use quetta::{token_counter, Arrival, Benchmark, Load, SimConfig, Target, Twin, WorkloadSpec};
 
 fn model() -> ServerModel {
     let q = FitQuality { points: 0, r2: 1.0, rmse_ms: 0.0, max_rel_residual: 0.0 };
@@ -42,13 +39,8 @@ fn tokenizer() -> String {
 }
 
 fn bench(m: &ServerModel, load: Load, n: u64) -> Benchmark {
-    let tok = Arc::new(quetta::workload::tokenizer::Tokenizer::resolve(&tokenizer()).unwrap());
-    let counter = TokenCounter(Arc::new(move |s: &str| tok.count(s) as u64));
-    let cfg = SimConfig {
-        server_model: Some(m.clone()),
-        token_counter: Some(counter),
-        ..SimConfig::default()
-    };
+    let twin = Twin { model: m.clone(), token_counter: Some(token_counter(&tokenizer()).unwrap()) };
+    let cfg = twin.sim_config(SimConfig::default());
     // lengths vary (as vLLM's random dataset with --random-range-ratio 0.5): identical
     // requests in a closed loop lock into one phase pattern or another by how the first few
     // happened to arrive, which decides TTFT more than the model does
@@ -111,6 +103,12 @@ fn the_same_workload_predicted_and_served_live_agrees_within_5_percent() {
         validate_run_dir(&d);
         assert!(pred.summary.notes.iter().any(|n| n.contains("predicted by the twin")));
         assert_eq!(pred.summary.target.backend, "quetta-sim twin (predicted)");
+        // no client ran: the table shows no client or connection figures, and says why
+        let table = quetta::report::render_summary(&pred.summary, None);
+        assert!(table.contains("predicted on the twin's virtual clock"), "{table}");
+        assert!(!table.contains("peak RSS") && !table.contains("connections "), "{table}");
+        let live_table = quetta::report::render_summary(&live.summary, None);
+        assert!(live_table.contains("peak RSS"), "{live_table}");
     }
 }
 
@@ -146,4 +144,30 @@ fn ten_minutes_of_load_are_predicted() {
     assert_eq!(s.metrics.failed, 0);
     let rate = s.achieved_send_rate.unwrap();
     assert!((rate / 10.0 - 1.0).abs() < 0.02, "send rate {rate}");
+}
+
+/// A client that gives up frees its slot, as a real server aborts a request whose
+/// connection closed: with one slot, the next request does not wait for the abandoned
+/// one's 2,000 tokens (22 s of steps).
+#[test]
+fn a_request_whose_client_left_frees_its_slot() {
+    let mut m = model();
+    m.max_seqs = 1;
+    let sim =
+        quetta::sim::Simulator::start(SimConfig { server_model: Some(m), ..SimConfig::default() })
+            .unwrap();
+    let t = Target::openai(sim.base_url());
+    let one = |out: u32| {
+        let mut b =
+            Benchmark::new(t.clone()).workload(WorkloadSpec::synthetic(16, out)).requests(1);
+        b.ignore_eos = true;
+        b
+    };
+    let mut long = one(2_000);
+    long.timeouts.total = Some(std::time::Duration::from_millis(300));
+    let r = long.run_blocking().unwrap();
+    assert_eq!(r.summary.metrics.failed, 1, "the client gave up");
+    let r = one(4).run_blocking().unwrap();
+    let ttft = r.summary.metrics.ttft_ms.p50.unwrap();
+    assert!(ttft < 1_000.0, "the next request waited {ttft:.0} ms for the abandoned one");
 }

@@ -1,0 +1,50 @@
+//! A twin of a real server, as the binaries and embedders open one: its model file with
+//! what-if changes, and the tokenizer that counts its prompts.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use quetta_sim::model::{ServerModel, WhatIf};
+use quetta_sim::{SimConfig, TokenCounter};
+
+use crate::{Result, Target};
+
+/// A calibrated server model (`quetta-probe calibrate`) ready to serve live
+/// ([`Twin::target`]) or to predict with ([`crate::Benchmark::predict`]).
+#[derive(Debug, Clone)]
+pub struct Twin {
+    /// The model, what-if changes applied.
+    pub model: ServerModel,
+    /// Counts a prompt's tokens as the server would; without one a word is a token.
+    pub token_counter: Option<TokenCounter>,
+}
+
+impl Twin {
+    /// Read `path` (refused naming file, line and field), apply `what_if`, and count
+    /// prompts with `tokenizer` (a `tokenizer.json` path or a known id) when given.
+    pub fn load(path: &Path, what_if: WhatIf, tokenizer: Option<&str>) -> Result<Self> {
+        let model = ServerModel::load_with(path, what_if)?;
+        let token_counter = tokenizer.map(token_counter).transpose()?;
+        Ok(Self { model, token_counter })
+    }
+
+    /// The embedded simulator serving this twin live, its other settings `base`'s.
+    pub fn sim_config(&self, base: SimConfig) -> SimConfig {
+        SimConfig {
+            server_model: Some(self.model.clone()),
+            token_counter: self.token_counter.clone(),
+            ..base
+        }
+    }
+
+    /// A target served by this twin live.
+    pub fn target(&self) -> Target {
+        Target::simulator(self.sim_config(SimConfig::default()))
+    }
+}
+
+/// A prompt-token counter backed by a real tokenizer (a `tokenizer.json` path or a known id).
+pub fn token_counter(tokenizer: &str) -> Result<TokenCounter> {
+    let tok = Arc::new(quetta_workload::tokenizer::Tokenizer::resolve(tokenizer)?);
+    Ok(TokenCounter(Arc::new(move |s: &str| tok.count(s) as u64)))
+}
