@@ -593,39 +593,57 @@ fn the_client_says_when_it_sets_the_pace_and_littles_law_holds() {
         ),
     ];
     for (name, args, paced) in cases {
-        let out = d.join(name);
-        let mut a = vec!["run", "--output-dir", out.to_str().unwrap()];
-        a.extend_from_slice(args);
-        let o = run(&a);
-        let t = text(&o);
-        assert!(o.status.success(), "{t}");
-        let s = json(&out.join("summary.json"));
-        let co = &s["client_overhead"];
-        let (runner, little) = (
-            co["in_flight_runner"].as_f64().unwrap(),
-            co["in_flight_from_latency"].as_f64().unwrap(),
-        );
-        assert!((runner - little).abs() <= 0.05 * runner, "{name}: Little's law: {co}");
-        assert!(co["read_lag_ms"]["count"].as_u64().unwrap() > 0, "{name}: {co}");
-        match paced {
-            Some(p) => {
-                assert_eq!(co["paced_by_client"], p, "{name}: {co}");
-                assert!(co["client_share"].is_number(), "{name}: {co}");
-                assert_eq!(t.contains("WARNING: the client set the pace"), p, "{name}: {t}");
-                if name == "slow" {
-                    assert!((runner - 32.0).abs() < 1.6, "{name}: 32 slots busy: {co}");
-                }
+        // Up to 3 runs where the client must not have set the pace: on CI's 2 cores the other
+        // tests of this file run beside it, and a client that really lags (read lag p99 over
+        // 1 ms) is rightly called the pace-setter. Every other check holds in every run.
+        for attempt in 1..=3 {
+            let out = d.join(format!("{name}-{attempt}"));
+            if pace_case(name, &out, args, paced) || paced != Some(false) {
+                break;
             }
-            None => {
-                assert!(co["client_share"].is_null(), "open loop has no slot share: {co}");
-                assert!(co["release_ms"]["count"].as_u64().unwrap() > 0, "{co}");
+            assert!(attempt < 3, "{name}: the client set the pace in 3 runs");
+        }
+    }
+}
+
+/// One run of [`the_client_says_when_it_sets_the_pace_and_littles_law_holds`]; false when
+/// the client set the pace where `paced` says it should not have (every other check asserts).
+fn pace_case(name: &str, out: &std::path::Path, args: &[&str], paced: Option<bool>) -> bool {
+    let mut a = vec!["run", "--output-dir", out.to_str().unwrap()];
+    a.extend_from_slice(args);
+    let o = run(&a);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let s = json(&out.join("summary.json"));
+    let co = &s["client_overhead"];
+    eprintln!("{name}: client_overhead {co}");
+    let (runner, little) =
+        (co["in_flight_runner"].as_f64().unwrap(), co["in_flight_from_latency"].as_f64().unwrap());
+    assert!((runner - little).abs() <= 0.05 * runner, "{name}: Little's law: {co}");
+    assert!(co["read_lag_ms"]["count"].as_u64().unwrap() > 0, "{name}: {co}");
+    if paced == Some(false) && co["paced_by_client"] == true {
+        eprintln!("{name}: the client set the pace in this run");
+        return false;
+    }
+    match paced {
+        Some(p) => {
+            assert_eq!(co["paced_by_client"], p, "{name}: {co}");
+            assert!(co["client_share"].is_number(), "{name}: {co}");
+            assert_eq!(t.contains("WARNING: the client set the pace"), p, "{name}: {t}");
+            if name == "slow" {
+                assert!((runner - 32.0).abs() < 1.6, "{name}: 32 slots busy: {co}");
             }
         }
-        let rec = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
-        let first: serde_json::Value = serde_json::from_str(rec.lines().next().unwrap()).unwrap();
-        valid(include_str!("../../../docs/schema/request.schema.json"), &first);
-        valid(include_str!("../../../docs/schema/summary.schema.json"), &s);
+        None => {
+            assert!(co["client_share"].is_null(), "open loop has no slot share: {co}");
+            assert!(co["release_ms"]["count"].as_u64().unwrap() > 0, "{co}");
+        }
     }
+    let rec = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(rec.lines().next().unwrap()).unwrap();
+    valid(include_str!("../../../docs/schema/request.schema.json"), &first);
+    valid(include_str!("../../../docs/schema/summary.schema.json"), &s);
+    true
 }
 
 /// `compare` takes a vLLM result file (`vllm bench serve --save-result --save-detailed`) on

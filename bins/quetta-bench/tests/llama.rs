@@ -15,19 +15,8 @@ use std::sync::{Mutex, MutexGuard};
 static SERVER: Mutex<()> = Mutex::new(());
 
 fn server() -> Option<(String, MutexGuard<'static, ()>)> {
-    match std::env::var("QUETTA_LLAMA_URL") {
-        Ok(u) if !u.is_empty() => {
-            Some((u, SERVER.lock().unwrap_or_else(std::sync::PoisonError::into_inner)))
-        }
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must start the llama.cpp server and set QUETTA_LLAMA_URL"
-            );
-            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
-            None
-        }
-    }
+    let url = quetta_testkit::llama_url()?;
+    Some((url, SERVER.lock().unwrap_or_else(std::sync::PoisonError::into_inner)))
 }
 
 /// llama.cpp closes every connection right after a streamed answer while its headers promise

@@ -1,8 +1,6 @@
 //! Every live probe through the `quetta-probe` binary, against the simulator (with known
 //! costs) and against the real llama.cpp server (`QUETTA_LLAMA_URL`, started by `.ci/run`).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -109,7 +107,7 @@ fn probes_against_the_simulator_recover_its_costs() {
 
 #[test]
 fn probes_against_real_llama_cpp() {
-    let Some(url) = common::llama_url() else { return };
+    let Some(url) = quetta_testkit::llama_url() else { return };
     let d = tmp("llama");
     let ds = d.to_str().unwrap();
     for (args, probe_name) in [

@@ -6,8 +6,6 @@
 //! kind (slots, template tokens, step costs off by 2×) and a prediction that disagrees with
 //! the live twin by a fifth, not the last 10 %.
 
-mod common;
-
 use quetta::sim::model::WhatIf;
 use quetta::{Benchmark, Load, Target, Twin, WorkloadSpec};
 use std::process::Command;
@@ -54,7 +52,7 @@ fn figures(s: &quetta::Summary) -> Figures {
 
 #[test]
 fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_on() {
-    let Some(url) = common::llama_url() else { return };
+    let Some(url) = quetta_testkit::llama_url() else { return };
     let d = std::env::temp_dir().join(format!("quetta-twin-llama-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     let model_path = d.join("server-model.json");

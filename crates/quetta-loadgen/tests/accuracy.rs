@@ -46,6 +46,10 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Per request: client TTFT and ITL against the simulator's own record of the same request;
 /// the bound, p99 of the absolute difference under 1 ms, at concurrency 1, 64 and 512.
+/// At one stream, where the machine is not loaded, the simulator's gaps and the client's are
+/// each within 0.1 ms of the 10 ms setting at p1 and p99 (its waits are timerfds). At 64 and
+/// 512 they are printed: 64 streams opened together stay in phase, so 64 chunks fall due at
+/// one instant and one thread writes them in turn.
 ///
 /// The simulator shares the machine (2 cores in CI) with the client, so it runs niced: it
 /// yields the CPU to the client, as a server on its own machine would not take the client's
@@ -66,11 +70,12 @@ fn runtime() -> tokio::runtime::Runtime {
 fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
     let _s = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let rt = runtime();
-    //  (concurrency, requests, output tokens, p99 bound TTFT, p99 bound ITL, p50 bound ITL)
-    for (conc, n, out, ttft_bound, itl_bound, itl_median) in [
-        (1usize, 20u64, 40u32, 1.0, 1.0, 0.5),
-        (64, 256, 30, 1.0, 1.0, 0.5),
-        (512, 1024, 20, 1.0, 1.0, 0.5),
+    //  (concurrency, requests, output tokens, p99 bound TTFT, p99 bound ITL, p50 bound ITL,
+    //   bound on |gap - 10 ms| at p1 and p99)
+    for (conc, n, out, ttft_bound, itl_bound, itl_median, gap_bound) in [
+        (1usize, 20u64, 40u32, 1.0, 1.0, 0.5, 0.1),
+        (64, 256, 30, 1.0, 1.0, 0.5, f64::INFINITY),
+        (512, 1024, 20, 1.0, 1.0, 0.5, f64::INFINITY),
     ] {
         // Up to 3 attempts per row, 5 at 512 streams (a shared VM can be preempted for a
         // millisecond or more, and 512 streams of 100 chunks/s with the simulator beside them
@@ -106,10 +111,11 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
             assert_eq!(recs.len() as u64, n);
             let (mut ttft_d, mut itl_d, mut lag) = (Vec::new(), Vec::new(), Vec::new());
             let mut early: Vec<f64> = Vec::new();
-            let mut sim_gaps: Vec<f64> = Vec::new();
+            let (mut sim_gaps, mut client_gaps): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
             for r in &recs {
                 let s = &sim_recs[&r.id];
                 sim_gaps.extend(s.chunks.windows(2).map(|w| (w[1] - w[0]).as_secs_f64() * 1e3));
+                client_gaps.extend(r.itl_us.iter().map(|g| f64::from(*g) / 1e3));
                 let sim_ttft = (s.chunks[0] - s.arrival).as_secs_f64() * 1e3;
                 let ttft = r.ttft_ms.unwrap();
                 assert!(
@@ -155,15 +161,15 @@ fn ttft_and_itl_match_the_simulator_at_concurrency_1_64_512() {
                 late
             );
             assert!(worst_early < 0.05, "a client stamp {worst_early} ms before the server's send");
-            // The simulator's own gaps (printed, not asserted: its streams wait on tokio's
-            // millisecond timer; see SimStream::wait_until).
             let (g1, g99) = (p(sim_gaps.clone(), 0.01), p(sim_gaps, 0.99));
-            eprintln!("  the simulator's gaps: p1 {g1:.3} ms, p99 {g99:.3} ms (set 10 ms)");
+            let (c1, c99) = (p(client_gaps.clone(), 0.01), p(client_gaps, 0.99));
+            eprintln!("  gaps (set 10 ms): the simulator's p1 {g1:.3} / p99 {g99:.3} ms, the client's p1 {c1:.3} / p99 {c99:.3} ms");
+            let gaps_off = [g1, g99, c1, c99].iter().map(|g| (g - 10.0).abs()).fold(0.0, f64::max);
             let m = p(itl_d, 0.5);
-            if m < itl_median && t < ttft_bound && i < itl_bound {
+            if m < itl_median && t < ttft_bound && i < itl_bound && gaps_off <= gap_bound {
                 break;
             }
-            assert!(attempt < attempts, "concurrency {conc}: missed the bounds in {attempts} attempts (TTFT p99 {t} < {ttft_bound}, ITL p99 {i} < {itl_bound}, ITL p50 {m} < {itl_median}, simulator gaps p1 {g1:.3} / p99 {g99:.3})");
+            assert!(attempt < attempts, "concurrency {conc}: missed the bounds in {attempts} attempts (TTFT p99 {t} < {ttft_bound}, ITL p99 {i} < {itl_bound}, ITL p50 {m} < {itl_median}, gaps p1/p99 within {gap_bound} ms of 10: simulator {g1:.3} / {g99:.3}, client {c1:.3} / {c99:.3})");
         }
     }
 }

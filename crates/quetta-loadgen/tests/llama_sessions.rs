@@ -14,20 +14,9 @@ use quetta_workload::session::{Session, SessionList, Turn};
 mod common;
 use common::{Logging, VecSink};
 
-fn server() -> Option<String> {
-    match std::env::var("QUETTA_LLAMA_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(std::env::var_os("CI").is_none(), "CI must start the llama.cpp server (scripts/llama-server-start.sh) and set QUETTA_LLAMA_URL");
-            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
-            None
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_turn_sessions_feed_llama_cpp_its_own_replies() {
-    let Some(url) = server() else { return };
+    let Some(url) = quetta_testkit::llama_url() else { return };
     let models = list_models(&url, None, false, Duration::from_secs(10)).await.unwrap();
     let questions = [
         ["Name a river in Europe.", "How long is it?", "Which cities does it pass?"],

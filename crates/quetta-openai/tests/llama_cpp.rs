@@ -10,20 +10,9 @@ use common::collect;
 use quetta_engine::{EngineRequest, EventKind, Message, Prompt};
 use quetta_openai::{list_models, Api, OpenAiConfig, OpenAiEngine};
 
-fn server() -> Option<String> {
-    match std::env::var("QUETTA_LLAMA_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            assert!(std::env::var_os("CI").is_none(), "CI must start the llama.cpp server (scripts/llama-server-start.sh) and set QUETTA_LLAMA_URL");
-            eprintln!("SKIPPED: QUETTA_LLAMA_URL is not set (start scripts/llama-server-start.sh)");
-            None
-        }
-    }
-}
-
 #[tokio::test]
 async fn chat_and_completions_against_real_llama_cpp() {
-    let Some(url) = server() else { return };
+    let Some(url) = quetta_testkit::llama_url() else { return };
     let models = list_models(&url, None, false, std::time::Duration::from_secs(10)).await.unwrap();
     assert!(!models.is_empty(), "llama.cpp lists its model");
 

@@ -282,12 +282,9 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
     ])
 }
 
-fn metric_table_html(s: &mut String, m: &quetta_metrics::MetricsSummary) {
+fn metric_table_html(s: &mut String, sum: &crate::Summary) {
     s.push_str("<table><tr><th>latency (ms)</th><th>count</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>");
-    for (name, st) in crate::summary::latency_rows(m) {
-        if st.count == 0 {
-            continue;
-        }
+    for (name, st) in crate::summary::latency_rows(sum) {
         let _ = write!(
             s,
             "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -400,7 +397,7 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
         return;
     }
     highlights(s, &run_highlights(m));
-    metric_table_html(s, m);
+    metric_table_html(s, &r.summary);
     for c in run_charts(r) {
         s.push_str(&svg(&c, 940.0, 300.0));
     }

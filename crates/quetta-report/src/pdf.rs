@@ -164,16 +164,12 @@ fn fmt(v: Option<f64>) -> String {
 }
 
 fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
-    let m = &r.summary.metrics;
     let mut rows =
         vec![["latency (ms)", "count", "mean", "p50", "p90", "p95", "p99", "p99.9", "max"]
             .iter()
             .map(|s| (*s).to_owned())
             .collect::<Vec<_>>()];
-    for (name, st) in crate::summary::latency_rows(m) {
-        if st.count == 0 {
-            continue;
-        }
+    for (name, st) in crate::summary::latency_rows(&r.summary) {
         rows.push(vec![
             name.into(),
             st.count.to_string(),

@@ -364,11 +364,13 @@ fn cell(v: Option<f64>) -> String {
     }
 }
 
-/// The latency rows every view of a run shows (terminal, HTML, PDF), in order; a view skips
-/// the empty ones.
-pub(crate) fn latency_rows(m: &MetricsSummary) -> [(&'static str, &Stats); 13] {
+/// The latency rows every view of a run shows (terminal, HTML, PDF), in order: the non-empty
+/// ones, and of a predicted run (no client ran) none of the client's own figures (queue,
+/// schedule lag, read lag, turnaround, release), which it records as zeros.
+pub(crate) fn latency_rows(sum: &Summary) -> Vec<(&'static str, &Stats)> {
+    let m = &sum.metrics;
     let co = &m.client_overhead;
-    [
+    let measured = [
         ("TTFT", &m.ttft_ms),
         ("TTFO (first answer token)", &m.ttfo_ms),
         ("TPOT", &m.tpot_ms),
@@ -377,17 +379,21 @@ pub(crate) fn latency_rows(m: &MetricsSummary) -> [(&'static str, &Stats); 13] {
         ("E2E", &m.e2e_ms),
         ("TTFT from intended send", &m.ttft_from_intended_ms),
         ("E2E from intended send", &m.e2e_from_intended_ms),
+    ];
+    let client = [
         ("Queue (slot + connection)", &m.queue_ms),
         ("Schedule lag (client)", &m.schedule_lag_ms),
         ("Read lag (client)", &co.read_lag_ms),
         ("Turnaround (client)", &co.turnaround_ms),
         ("Release (client)", &co.release_ms),
-    ]
+    ];
+    let client = if sum.target.is_predicted() { &client[..0] } else { &client[..] };
+    measured.iter().chain(client).filter(|(_, st)| st.count > 0).copied().collect()
 }
 
 /// The percentile table of a summary's latency metrics.
-pub fn metric_table(m: &MetricsSummary) -> String {
-    let rows = latency_rows(m);
+pub fn metric_table(sum: &Summary) -> String {
+    let rows = latency_rows(sum);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -395,9 +401,6 @@ pub fn metric_table(m: &MetricsSummary) -> String {
         "latency (ms)", "count", "mean", "min", "p50", "p90", "p95", "p99", "p99.9", "max"
     );
     for (name, st) in rows {
-        if st.count == 0 {
-            continue;
-        }
         let _ = writeln!(
             s,
             "{:<28}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
@@ -521,7 +524,8 @@ pub fn error_lines(m: &MetricsSummary) -> String {
 }
 
 /// The metric tables and the errors of a run; the errors alone when nothing succeeded.
-fn results_block(m: &MetricsSummary) -> String {
+fn results_block(sum: &Summary) -> String {
+    let m = &sum.metrics;
     let mut s = String::new();
     let all_failed = m.completed == 0 && m.failed > 0;
     if all_failed {
@@ -529,7 +533,7 @@ fn results_block(m: &MetricsSummary) -> String {
         s.push_str(&error_lines(m));
     } else {
         let _ = writeln!(s);
-        s.push_str(&metric_table(m));
+        s.push_str(&metric_table(sum));
         if !m.per_turn.is_empty() {
             let _ = writeln!(s);
             s.push_str(&turn_table(m));
@@ -674,7 +678,7 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
             r * 100.0
         );
     }
-    s.push_str(&results_block(m));
+    s.push_str(&results_block(sum));
     if let Some(g) = &m.goodput {
         let per: Vec<String> =
             g.share_meeting.iter().map(|(k, v)| format!("{k} {:.1}%", v * 100.0)).collect();

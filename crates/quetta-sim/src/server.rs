@@ -439,7 +439,8 @@ async fn generate(
         next_at: plan.first_at,
         word_rng: Rng::new(sh.cfg.seed ^ seq.rotate_left(17)),
         rng: plan.rng,
-        sleep: None,
+        sleep: crate::precise::Deadline::new(),
+        last_flushed: false,
         twin: twin_rx,
         twin_due: None,
         rec: Some(rec),
@@ -529,7 +530,10 @@ pub(crate) struct SimStream {
     next_at: Instant,
     rng: Rng,
     word_rng: Rng,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    sleep: crate::precise::Deadline,
+    /// The last token's frame has been handed to hyper and the body yielded once, so it
+    /// was written before the closing frame is made.
+    last_flushed: bool,
     /// The twin engine's token instants for this request (live twin only).
     twin: Option<tokio::sync::mpsc::UnboundedReceiver<Instant>>,
     /// The next token's instant, received and not yet sent.
@@ -674,19 +678,10 @@ impl http_body::Body for SimStream {
 }
 
 impl SimStream {
-    /// Sleep until `at` (tokio's timer: a millisecond's resolution); true once it has
-    /// passed. `crate::precise::Deadline` would meet it to the microsecond, but with it the
-    /// CLI tests, run in parallel on CI's two cores, saw a slow client's read lag p99 reach
-    /// 1.08 ms: the timer stays tokio's until that is understood.
+    /// Wait until `at` (a timerfd: to the microsecond, not tokio's millisecond); true once
+    /// it has passed.
     fn wait_until(&mut self, at: Instant, cx: &mut Context<'_>) -> bool {
-        if Instant::now() >= at {
-            return true;
-        }
-        match self.sleep.as_mut() {
-            Some(s) => s.as_mut().reset(at.into()),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at.into()))),
-        }
-        self.sleep.as_mut().is_some_and(|s| s.as_mut().poll(cx).is_ready())
+        self.sleep.poll_until(at, cx).is_ready()
     }
 
     /// End the record with a fault and fail the body (hyper then drops the connection).
@@ -834,6 +829,13 @@ impl SimStream {
             // The stream just stops: no finish_reason, no usage, no [DONE].
             this.end_with_error("no [DONE]");
             return Poll::Ready(None);
+        }
+        if !this.last_flushed {
+            // hyper polls the body again before it writes: without this the last token would
+            // leave only after the record and the prefix cache are done (50-100 µs later).
+            this.last_flushed = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         let mut frame = String::new();
         if this.include_usage && this.fault != Some(Fault::NoUsage) {
