@@ -25,6 +25,7 @@ fn predict(d: &std::path::Path, max_seqs: &str) -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(d.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["completed"], 20, "{s}");
     assert_eq!(s["target"]["backend"], "quetta-sim twin (predicted)");
+    assert_eq!(s["target"]["predicted"], true, "{s}");
     s
 }
 

@@ -108,16 +108,19 @@ pub struct Target {
     pub model: String,
     /// The run started the embedded simulator because no `--base-url` was given.
     pub embedded_simulator: bool,
+    /// The run was predicted on a twin's virtual clock (`quetta-sim predict`, `--predict`),
+    /// not measured: no client ran, so it has no client or connection figures.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub predicted: bool,
 }
 
-/// The backend of a run predicted on a twin's virtual clock (`quetta-sim predict`): no
-/// client ran, so it has no client or connection figures.
+/// The backend named by a run predicted on a twin's virtual clock (`Target::predicted`).
 pub const PREDICTED_BACKEND: &str = "quetta-sim twin (predicted)";
 
 impl Target {
     /// Whether the run was predicted on a twin, not measured.
     pub fn is_predicted(&self) -> bool {
-        self.backend == PREDICTED_BACKEND
+        self.predicted
     }
 
     /// A target nothing is known of (a rebuilt run without `run.json`).
@@ -128,6 +131,7 @@ impl Target {
             endpoint: "chat".into(),
             model: "unknown".into(),
             embedded_simulator: false,
+            predicted: false,
         }
     }
 }

@@ -42,6 +42,7 @@ pub(crate) fn predicted_target(b: &Benchmark, model: &quetta_sim::model::ServerM
         endpoint: s.into(),
         model: b.target.model.clone().unwrap_or_else(|| model.model.clone()),
         embedded_simulator: false,
+        predicted: true,
     }
 }
 
@@ -186,6 +187,7 @@ pub(crate) fn target(b: &Benchmark, c: &Connected) -> Target {
         endpoint: c.endpoint().into(),
         model: c.model.clone(),
         embedded_simulator: c.embedded_simulator || b.target.is_simulator(),
+        predicted: false,
     }
 }
 

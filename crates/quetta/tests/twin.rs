@@ -102,6 +102,7 @@ fn the_same_workload_predicted_and_served_live_agrees_within_5_percent() {
         validate_run_dir(&d);
         assert!(pred.summary.notes.iter().any(|n| n.contains("predicted by the twin")));
         assert_eq!(pred.summary.target.backend, "quetta-sim twin (predicted)");
+        assert!(pred.summary.target.predicted && !live.summary.target.predicted);
         // no client ran: the table shows no client or connection figures, and says why
         let table = quetta::report::render_summary(&pred.summary, None);
         assert!(table.contains("predicted on the twin's virtual clock"), "{table}");
