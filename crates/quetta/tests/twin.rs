@@ -72,8 +72,9 @@ fn figures(s: &quetta::Summary) -> Figures {
 }
 
 /// Live and predicted, at one request at a time, beyond the batch limit (requests queue,
-/// prefills stall the decoders) and under Poisson arrivals: TTFT, TPOT, E2E p50 and output
-/// throughput within 5 % (prompts are the same tokens both ways).
+/// prefills stall the decoders) and under Poisson arrivals: TTFT p50 and p90, TPOT, E2E p50
+/// and output throughput within 5 % (prompts are the same tokens both ways; locally every
+/// figure within 0.7 % but the closed-6 TTFT p90, +1.4 to +2.8 %).
 #[test]
 fn the_same_workload_predicted_and_served_live_agrees_within_5_percent() {
     let m = model();
@@ -91,11 +92,15 @@ fn the_same_workload_predicted_and_served_live_agrees_within_5_percent() {
         let (l, p) = (figures(&live.summary), figures(&pred.summary));
         for (what, a, b, tol) in [
             ("TTFT p50", l.ttft, p.ttft, 0.05),
-            ("TTFT p90", l.ttft_p90, p.ttft_p90, 0.10),
+            ("TTFT p90", l.ttft_p90, p.ttft_p90, 0.05),
             ("TPOT p50", l.tpot, p.tpot, 0.05),
             ("E2E p50", l.e2e, p.e2e, 0.05),
             ("output tok/s", l.output, p.output, 0.05),
         ] {
+            eprintln!(
+                "{name}: {what} live {a:.2} predicted {b:.2} ({:+.1} %)",
+                (b / a - 1.0) * 100.0
+            );
             assert!((b / a - 1.0).abs() <= tol, "{name}: {what} live {a:.2} predicted {b:.2}");
         }
         // a prediction is a run directory like any other, and says what it is
