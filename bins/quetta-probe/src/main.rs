@@ -280,13 +280,17 @@ async fn calibrated(
         .with_context(|| format!("cannot write {}", output.display()))?;
     let q = &cal.model.fits;
     println!(
-        "prefill fit: R² {:.4}, RMSE {:.2} ms, worst {:.1} %; decode fit: R² {:.4}, RMSE {:.2} ms, worst {:.1} %",
+        "prefill fit: R² {:.4}, RMSE {:.2} ms, worst {:.1} %; decode fit: R² {:.4}, RMSE {:.2} ms, worst {:.1} %{}",
         q.prefill.r2,
         q.prefill.rmse_ms,
         q.prefill.max_rel_residual * 100.0,
         q.decode.r2,
         q.decode.rmse_ms,
-        q.decode.max_rel_residual * 100.0
+        q.decode.max_rel_residual * 100.0,
+        match cal.decode_rounds {
+            1 => String::new(),
+            n => format!(" (decode grid measured {n} times, each point its median: the first rounds were too noisy)"),
+        }
     );
     println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)

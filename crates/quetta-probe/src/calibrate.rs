@@ -67,6 +67,9 @@ pub struct Calibration {
     pub model: ServerModel,
     /// One row per measurement with the model's prediction beside it.
     pub output: ProbeOutput,
+    /// How many times the decode grid was measured (more than once when a round's fit was
+    /// too noisy; its points are then the medians).
+    pub decode_rounds: usize,
 }
 
 fn quality(measured: &[f64], predicted: &[f64], r2: f64) -> FitQuality {
@@ -206,10 +209,15 @@ fn rel_fit(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
     Some((beta.clone(), r_squared(&rows, y, &beta)))
 }
 
-fn fit_or_refuse(what: &str, x: &[Vec<f64>], y: &[f64]) -> Result<(Vec<f64>, f64), ProbeError> {
-    let (b, r2) = rel_fit(x, y).ok_or_else(|| {
+/// A relative fit; refused only when singular.
+fn fit(what: &str, x: &[Vec<f64>], y: &[f64]) -> Result<(Vec<f64>, f64), ProbeError> {
+    rel_fit(x, y).ok_or_else(|| {
         ProbeError::Invalid(format!("the {what} fit is singular: its probe did not vary enough"))
-    })?;
+    })
+}
+
+/// Refuse a fit whose R² is under [`MIN_R2`], listing the measurements.
+fn refuse_noisy(what: &str, x: &[Vec<f64>], y: &[f64], r2: f64) -> Result<(), ProbeError> {
     if r2 < MIN_R2 {
         let points: Vec<String> = x
             .iter()
@@ -224,7 +232,62 @@ fn fit_or_refuse(what: &str, x: &[Vec<f64>], y: &[f64]) -> Result<(Vec<f64>, f64
             points.join("; ")
         )));
     }
-    Ok((b, r2))
+    Ok(())
+}
+
+/// The decode grid at most this many times: a grid whose fit is under [`MIN_R2`] is measured
+/// again, and each point is the median of its rounds (a point's one slow round, another
+/// process or the server's own hiccup, no longer decides the fit).
+pub const DECODE_ROUNDS: usize = 3;
+
+/// Each grid point's median gap over the rounds (its batch and context their mean).
+fn median_rounds(rounds: &[Vec<Point>]) -> Vec<Point> {
+    let n = rounds.len() as f64;
+    (0..rounds[0].len())
+        .map(|i| {
+            let mut ys: Vec<f64> = rounds.iter().map(|r| r[i].y).collect();
+            let x = (0..rounds[0][i].x.len())
+                .map(|j| rounds.iter().map(|r| r[i].x[j]).sum::<f64>() / n)
+                .collect();
+            let y = crate::probes::median(&mut ys).unwrap_or(f64::NAN);
+            Point { what: "decode", x, y, extra: None }
+        })
+        .collect()
+}
+
+/// The decode fit: base + d·B + c·C, or base + c·C with one slot (`[base, 0, c]`).
+fn decode_fit(dec: &[Point], batches: usize) -> Result<(Vec<f64>, f64), ProbeError> {
+    let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
+    if batches >= 2 {
+        let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
+        fit("decode", &dx, &dy)
+    } else {
+        let x1: Vec<Vec<f64>> = dec.iter().map(|p| vec![p.x[1]]).collect();
+        let (b, r2) = fit("decode", &x1, &dy)?;
+        Ok((vec![b[0], 0.0, b[1]], r2))
+    }
+}
+
+/// The decode grid measured and fitted, again while its fit is too noisy (up to
+/// [`DECODE_ROUNDS`]); refused if it still is. Returns (points, fit, R², rounds).
+async fn decode_measured(
+    ctx: &ProbeContext,
+    o: &CalibrateOptions,
+    batches: &[u32],
+    t0: Instant,
+) -> Result<(Vec<Point>, Vec<f64>, f64, usize), ProbeError> {
+    let mut rounds = Vec::new();
+    loop {
+        rounds.push(decode(ctx, o, batches, t0).await?);
+        let dec = median_rounds(&rounds);
+        let (b, r2) = decode_fit(&dec, batches.len())?;
+        if r2 >= MIN_R2 || rounds.len() >= DECODE_ROUNDS {
+            let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
+            let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
+            refuse_noisy("decode", &dx, &dy, r2)?;
+            return Ok((dec, b, r2, rounds.len()));
+        }
+    }
 }
 
 /// The prefill fit, given the step's base: TTFT − base = overhead + p·n + q·n²/2/10⁶
@@ -322,19 +385,9 @@ pub async fn calibrate(
     let pre = prefill(ctx, o, t0).await?;
     let mut batches = vec![1, slots.div_ceil(2), slots];
     batches.dedup();
-    let dec = decode(ctx, o, &batches, t0).await?;
+    let (dec, db, dr2, decode_rounds) = decode_measured(ctx, o, &batches, t0).await?;
     let py: Vec<f64> = pre.iter().map(|p| p.y).collect();
-    let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
     let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
-    let (db, dr2) = if batches.len() >= 2 {
-        fit_or_refuse("decode", &dx, &dy)?
-    } else {
-        // one slot: the gap depends on the context alone
-        let x1: Vec<Vec<f64>> = dec.iter().map(|p| vec![p.x[1]]).collect();
-        let (b, r2) = rel_fit(&x1, &dy)
-            .ok_or_else(|| ProbeError::Invalid("the decode fit is singular".into()))?;
-        (vec![b[0], 0.0, b[1]], r2)
-    };
     // base + d·B: a gap must cost something; tiny negative slopes (noise) are taken as 0
     let (base, d, c) = (db[0].max(0.0), db[1].max(0.0), (db[2] * 1e3).max(0.0));
     if base + d <= 0.0 {
@@ -404,7 +457,7 @@ pub async fn calibrate(
         "max_seqs": slots, "seqs_probe": o.seqs_probe,
         "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c},
         "arrival_overhead_ms": overhead, "prefix_cache": prefix_cache, "prompt_extra_tokens": extra_tokens(&pre),
-        "prefill_r2": pr2, "decode_r2": dr2,
+        "prefill_r2": pr2, "decode_r2": dr2, "decode_rounds": decode_rounds,
     });
     let output = ProbeOutput {
         probe: "calibrate",
@@ -417,7 +470,7 @@ pub async fn calibrate(
         }),
         summary,
     };
-    Ok(Calibration { model, output })
+    Ok(Calibration { model, output, decode_rounds })
 }
 
 /// The context one sequence may hold, as the server reports it: llama.cpp's `/props`
@@ -476,4 +529,37 @@ pub async fn server_tokens(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A decode grid from base 10 + 5·B + 0.01·C ms, `noise` added to point `bad`.
+    fn grid(bad: usize, noise: f64) -> Vec<Point> {
+        let pts =
+            [(1.0, 100.0), (1.0, 400.0), (2.0, 200.0), (2.0, 800.0), (4.0, 400.0), (4.0, 1600.0)];
+        pts.iter()
+            .enumerate()
+            .map(|(i, &(b, c))| {
+                let y = 10.0 + 5.0 * b + 0.01 * c + if i == bad { noise } else { 0.0 };
+                Point { what: "decode", x: vec![b, c], y, extra: None }
+            })
+            .collect()
+    }
+
+    /// One slow point in one round spoils its fit; the median of three rounds, each with a
+    /// different slow point, is the clean grid, and its fit finds the model again.
+    #[test]
+    fn the_median_of_rounds_outvotes_one_slow_point() {
+        let (_, r2) = decode_fit(&grid(2, 25.0), 3).unwrap();
+        assert!(r2 < MIN_R2, "one slow point: R² {r2}");
+        let rounds = [grid(2, 25.0), grid(4, 30.0), grid(5, -20.0)];
+        let dec = median_rounds(&rounds);
+        let (b, r2) = decode_fit(&dec, 3).unwrap();
+        assert!(r2 > 0.999, "R² {r2}");
+        assert!((b[0] - 10.0).abs() < 0.01 && (b[1] - 5.0).abs() < 0.01, "{b:?}");
+        assert!((b[2] - 0.01).abs() < 1e-5, "{b:?}");
+        assert!(refuse_noisy("decode", &[vec![1.0]], &[1.0], 0.5).is_err());
+    }
 }
