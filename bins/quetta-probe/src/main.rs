@@ -289,7 +289,8 @@ async fn calibrated(
         q.decode.max_rel_residual * 100.0,
         match cal.decode_rounds {
             1 => String::new(),
-            n => format!(" (decode grid measured {n} times, each point its median: the first rounds were too noisy)"),
+            2 => " (decode grid measured twice, each point its median: the first round was too noisy)".into(),
+            n => format!(" (decode grid measured {n} times, each point its median: the first {} rounds were too noisy)", n - 1),
         }
     );
     println!("wrote {}", output.display());
