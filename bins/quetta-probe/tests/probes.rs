@@ -187,6 +187,7 @@ fn known_model() -> quetta_sim::model::ServerModel {
         prefix_cache: true,
         block_tokens: 16,
         prompt_extra_tokens: 0,
+        template_cached_tokens: 0,
         arrival_overhead_ms: 1.0,
         emit_overhead_ms: 0.0,
         fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },

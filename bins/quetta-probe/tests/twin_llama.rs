@@ -92,6 +92,12 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
         "SmolLM2's chat template adds 30 tokens: {}\n{text}",
         model.prompt_extra_tokens
     );
+    // of which the default system prompt (24 tokens) comes from a slot's previous request
+    assert!(
+        (16..=model.prompt_extra_tokens).contains(&model.template_cached_tokens),
+        "llama.cpp reuses its template's system prompt: {} cached\n{text}",
+        model.template_cached_tokens
+    );
     let twin = twin.target();
     let mut failures = Vec::new();
     let salt = std::time::SystemTime::now()

@@ -104,6 +104,9 @@ struct Point {
     y: f64,
     /// Prefill points: the server's prompt tokens less its `/tokenize` count of the text.
     extra: Option<i64>,
+    /// Prefill points: the prompt tokens the server reported cached (a template prefix
+    /// every prompt shares); `x` counts the others.
+    cached: u64,
 }
 
 /// TTFT of single requests: (prompt tokens, TTFT ms).
@@ -124,8 +127,18 @@ async fn prefill(
             let extra = own.map(|o| tokens as i64 - o as i64);
             let y = ttft_ms(&obs)
                 .ok_or_else(|| ProbeError::Request(format!("request {id} gave no token")))?;
-            let n = tokens as f64;
-            out.push(Point { what: "prefill", x: vec![n, n * n / 2.0 / 1e6], y, extra });
+            // llama.cpp reuses the template's system prompt from a slot's last request: those
+            // tokens are not computed, and the computed ones attend to them
+            let cached =
+                obs.usage.and_then(|u| u.cached_tokens).unwrap_or(0).min(tokens.saturating_sub(1));
+            let (n, c) = ((tokens - cached) as f64, cached as f64);
+            out.push(Point {
+                what: "prefill",
+                x: vec![n, n * (c + n / 2.0) / 1e6],
+                y,
+                extra,
+                cached,
+            });
         }
     }
     Ok(out)
@@ -169,7 +182,13 @@ async fn decode(
                 .map(|o| o.usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(c)))
                 .sum();
             let context = prompt as f64 + f64::from(b) * f64::from(o.decode_tokens) / 2.0;
-            out.push(Point { what: "decode", x: vec![f64::from(b), context], y: gap, extra: None });
+            out.push(Point {
+                what: "decode",
+                x: vec![f64::from(b), context],
+                y: gap,
+                extra: None,
+                cached: 0,
+            });
         }
     }
     Ok(out)
@@ -250,7 +269,7 @@ fn median_rounds(rounds: &[Vec<Point>]) -> Vec<Point> {
                 .map(|j| rounds.iter().map(|r| r[i].x[j]).sum::<f64>() / n)
                 .collect();
             let y = crate::probes::median(&mut ys).unwrap_or(f64::NAN);
-            Point { what: "decode", x, y, extra: None }
+            Point { what: "decode", x, y, extra: None, cached: 0 }
         })
         .collect()
 }
@@ -356,6 +375,13 @@ fn extra_tokens(pre: &[Point]) -> u32 {
     median(&mut v).map_or(0, |m| m.max(0.0).round() as u32)
 }
 
+/// The prompt tokens every request finds cached: the median the server reported over the
+/// prefill probe's unique prompts (their shared template prefix; 0 when it reports none).
+fn template_cached(pre: &[Point]) -> u32 {
+    let mut v: Vec<f64> = pre.iter().map(|p| p.cached as f64).collect();
+    median(&mut v).map_or(0, |m| m.round() as u32)
+}
+
 /// Run the calibration probes against `ctx`'s server and fit its model.
 pub async fn calibrate(
     ctx: &ProbeContext,
@@ -413,8 +439,11 @@ pub async fn calibrate(
         decode_seq_ms: d,
         context_kt_ms: c,
     };
-    let ppred: Vec<f64> =
-        pre.iter().map(|p| overhead + step.ms(p.x[0] as u64, p.x[1] * 1e6, 0, 0, 0)).collect();
+    let ppred: Vec<f64> = pre
+        .iter()
+        .map(|p| overhead + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0))
+        .collect();
+    let extra = extra_tokens(&pre);
     let dpred: Vec<f64> =
         dec.iter().map(|p| step.ms(0, 0.0, 0, p.x[0] as u64, p.x[1] as u64)).collect();
     let model = ServerModel {
@@ -430,7 +459,8 @@ pub async fn calibrate(
         max_batch_tokens: o.max_batch_tokens,
         prefix_cache,
         block_tokens: o.block_tokens,
-        prompt_extra_tokens: extra_tokens(&pre),
+        prompt_extra_tokens: extra,
+        template_cached_tokens: template_cached(&pre).min(extra),
         arrival_overhead_ms: overhead,
         emit_overhead_ms: 0.0,
         fits: Fits {
@@ -456,7 +486,8 @@ pub async fn calibrate(
     let summary = json!({
         "max_seqs": slots, "seqs_probe": o.seqs_probe,
         "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c},
-        "arrival_overhead_ms": overhead, "prefix_cache": prefix_cache, "prompt_extra_tokens": extra_tokens(&pre),
+        "arrival_overhead_ms": overhead, "prefix_cache": prefix_cache, "prompt_extra_tokens": extra,
+        "template_cached_tokens": template_cached(&pre).min(extra),
         "prefill_r2": pr2, "decode_r2": dr2, "decode_rounds": decode_rounds,
     });
     let output = ProbeOutput {
@@ -543,7 +574,7 @@ mod tests {
             .enumerate()
             .map(|(i, &(b, c))| {
                 let y = 10.0 + 5.0 * b + 0.01 * c + if i == bad { noise } else { 0.0 };
-                Point { what: "decode", x: vec![b, c], y, extra: None }
+                Point { what: "decode", x: vec![b, c], y, extra: None, cached: 0 }
             })
             .collect()
     }

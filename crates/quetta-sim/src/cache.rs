@@ -3,11 +3,14 @@
 //! a capacity in blocks and least-recently-used eviction.
 //!
 //! A token is a word of a message (whitespace-separated) tagged with the message's role,
-//! or a token id; see `tokens` in `server.rs`.
+//! or a token id; see `tokens` in `server.rs`. [`TwinCache`] is the same cache for
+//! predictions, which build a prompt's cache tokens with [`word_token`].
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
+
+use crate::model::ServerModel;
 
 #[derive(Debug, Default)]
 pub(crate) struct PrefixCache {
@@ -20,8 +23,9 @@ pub(crate) struct PrefixCache {
     tick: u64,
 }
 
-/// The hash of one token (deterministic across runs: `DefaultHasher::new` has fixed keys).
-pub(crate) fn token(role: &str, word: &str) -> u64 {
+/// The cache token of one word of a message with this role (a text prompt's words have the
+/// role ""); deterministic across runs (`DefaultHasher::new` has fixed keys).
+pub fn word_token(role: &str, word: &str) -> u64 {
     let mut h = DefaultHasher::new();
     role.hash(&mut h);
     word.hash(&mut h);
@@ -97,6 +101,56 @@ impl PrefixCache {
     pub(crate) fn clear(&mut self) {
         self.used.clear();
         self.lru.clear();
+    }
+}
+
+/// Blocks the twin of `m` keeps in its prefix cache: its whole KV budget, or none when the
+/// server showed no prefix cache.
+pub(crate) fn twin_blocks(m: &ServerModel) -> usize {
+    if m.prefix_cache {
+        usize::try_from(m.kv_tokens / u64::from(m.block_tokens.max(1))).unwrap_or(usize::MAX)
+    } else {
+        0
+    }
+}
+
+/// A prompt's cached tokens in the server's tokens: `hit` of its `units` cache tokens (words
+/// or ids) were found, and the server counts `prompt_tokens`; a cached prefix is that share
+/// of the prompt (a word is about 1.3 tokens of a BPE tokenizer), never the whole of it.
+pub fn cached_share(prompt_tokens: u64, hit: usize, units: usize) -> u64 {
+    if units == 0 || hit == 0 {
+        return 0;
+    }
+    let share = (u128::from(prompt_tokens) * hit as u128 / units as u128) as u64;
+    share.min(prompt_tokens.saturating_sub(1))
+}
+
+/// The prefix cache of a live twin, for a prediction of the same workload: the same blocks,
+/// capacity and eviction, fed the prompts in the order the twin would see them.
+#[derive(Debug)]
+pub struct TwinCache(PrefixCache);
+
+impl TwinCache {
+    /// The cache the live twin of `m` keeps (empty and disabled when `m.prefix_cache` is
+    /// false).
+    pub fn new(m: &ServerModel) -> Self {
+        Self(PrefixCache::new(m.block_tokens, twin_blocks(m)))
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.0.enabled()
+    }
+
+    /// A prompt arrives (its cache tokens, in order): of its `prompt_tokens` server tokens,
+    /// those served from cache; its blocks are then cached.
+    pub fn serve(&mut self, tokens: &[u64], prompt_tokens: u64) -> u64 {
+        if !self.enabled() {
+            return 0;
+        }
+        let blocks = self.0.blocks(tokens);
+        let hit = self.0.lookup(&blocks, tokens.len());
+        self.0.insert(&blocks);
+        cached_share(prompt_tokens, hit, tokens.len())
     }
 }
 

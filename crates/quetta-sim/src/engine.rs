@@ -85,6 +85,8 @@ pub struct Engine {
     max_seqs: usize,
     kv_tokens: u64,
     budget: u32,
+    /// Prompt tokens every request finds cached (the server's template prefix).
+    template_cached: u32,
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     /// Per running sequence: (prompt tokens computed, emits a token) in the current step.
@@ -100,6 +102,7 @@ impl Engine {
             max_seqs: m.max_seqs.max(1) as usize,
             kv_tokens: m.kv_tokens.max(1),
             budget: m.max_batch_tokens.max(1),
+            template_cached: m.template_cached_tokens,
             waiting: VecDeque::new(),
             running: Vec::new(),
             plan: Vec::new(),
@@ -108,9 +111,11 @@ impl Engine {
         }
     }
 
-    /// A request the scheduler will consider from the next step on.
+    /// A request the scheduler will consider from the next step on. Its cached tokens are at
+    /// least the model's template prefix, and never its whole prompt.
     pub fn submit(&mut self, req: EngineRequest) {
-        let cached = req.cached_tokens.min(req.prompt_tokens.saturating_sub(1));
+        let cached =
+            req.cached_tokens.max(self.template_cached).min(req.prompt_tokens.saturating_sub(1));
         let req =
             EngineRequest { cached_tokens: cached, output_tokens: req.output_tokens.max(1), ..req };
         self.waiting.push_back(Seq {
@@ -267,6 +272,7 @@ mod tests {
             prefix_cache: false,
             block_tokens: 16,
             prompt_extra_tokens: 0,
+            template_cached_tokens: 0,
             arrival_overhead_ms: 0.0,
             emit_overhead_ms: 0.0,
             fits: Fits {

@@ -23,7 +23,7 @@
 //! The simulator runs on its own thread and tokio runtime, so it does not share a
 //! scheduler with the client under test: [`Simulator::start`].
 
-mod cache;
+pub mod cache;
 pub mod engine;
 pub mod faults;
 mod metrics;
@@ -358,12 +358,7 @@ impl Simulator {
         let mut cfg = cfg;
         if let Some(m) = &model {
             cfg.prefix_block_tokens = m.block_tokens.max(1);
-            cfg.prefix_cache_blocks = if m.prefix_cache {
-                usize::try_from(m.kv_tokens / u64::from(cfg.prefix_block_tokens))
-                    .unwrap_or(usize::MAX)
-            } else {
-                0
-            };
+            cfg.prefix_cache_blocks = cache::twin_blocks(m);
         }
         let shared = Arc::new(Shared {
             twin: twin_tx,

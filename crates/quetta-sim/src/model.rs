@@ -96,6 +96,11 @@ pub struct ServerModel {
     /// prompt, BOS): the twin counts them on top of the prompt's own.
     #[serde(default)]
     pub prompt_extra_tokens: u32,
+    /// Of those, the tokens the server serves from its cache in every request: a template
+    /// prefix every prompt begins with (llama.cpp reuses its default system prompt from a
+    /// slot's previous request); never computed.
+    #[serde(default)]
+    pub template_cached_tokens: u32,
     /// From the request's arrival at the server to the scheduler seeing it (HTTP, JSON,
     /// tokenisation), ms.
     pub arrival_overhead_ms: f64,
@@ -188,6 +193,15 @@ impl ServerModel {
         }
         if self.block_tokens == 0 {
             return Err(("block_tokens", "must be at least 1".into()));
+        }
+        if self.template_cached_tokens > self.prompt_extra_tokens {
+            return Err((
+                "template_cached_tokens",
+                format!(
+                    "{} is more than the {} tokens the server adds (prompt_extra_tokens)",
+                    self.template_cached_tokens, self.prompt_extra_tokens
+                ),
+            ));
         }
         if self.kv_tokens < u64::from(self.max_batch_tokens.min(16)) {
             return Err(("kv_tokens", format!("{} tokens hold no request", self.kv_tokens)));

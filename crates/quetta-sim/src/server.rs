@@ -155,7 +155,7 @@ fn count_prompt(v: &Value, image_tokens: u64, counter: Option<&crate::TokenCount
 /// the same words from another role differ), the words of a text prompt, or token ids.
 /// As many tokens as [`count_prompt`] counts.
 fn prompt_tokens(v: &Value, image_tokens: u64) -> Vec<u64> {
-    use crate::cache::token;
+    use crate::cache::word_token as token;
     fn push(out: &mut Vec<u64>, role: &str, s: &str) {
         out.extend(s.split_whitespace().map(|w| token(role, w)));
     }
@@ -489,8 +489,10 @@ fn cache_lookup(sh: &Shared, v: &Value, rec: &mut SimRecord) -> Vec<u64> {
     let cache_tokens = prompt_tokens(v, u64::from(sh.cfg.image_tokens));
     let mut c = sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let blocks = c.blocks(&cache_tokens);
-    rec.cached_tokens = c.lookup(&blocks, cache_tokens.len()) as u64;
+    let hit = c.lookup(&blocks, cache_tokens.len());
     c.insert(&blocks);
+    // in the prompt's own tokens (a tokenizer's, or the server's template tokens added)
+    rec.cached_tokens = crate::cache::cached_share(rec.prompt_tokens, hit, cache_tokens.len());
     cache_tokens
 }
 
@@ -582,7 +584,7 @@ impl SimStream {
             return;
         }
         let mut t = std::mem::take(&mut self.cache_tokens);
-        t.extend(text.split_whitespace().map(|w| crate::cache::token("assistant", w)));
+        t.extend(text.split_whitespace().map(|w| crate::cache::word_token("assistant", w)));
         let mut c = self.sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let blocks = c.blocks(&t);
         c.insert(&blocks);

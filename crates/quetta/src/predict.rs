@@ -9,9 +9,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
-use quetta_engine::Usage;
+use quetta_engine::{ContentPart, MessageContent, Prompt, Usage};
 use quetta_loadgen::{Load, RunOutcome};
 use quetta_metrics::{Aggregate, Observation, RequestRecord};
+use quetta_sim::cache::{word_token, TwinCache};
 use quetta_sim::engine::{Engine, EngineRequest, Token};
 use quetta_sim::model::ServerModel;
 use quetta_workload::spec::BuiltWork;
@@ -25,6 +26,8 @@ struct Flight {
     intended_ns: u64,
     sent_ns: u64,
     input: u32,
+    /// Prompt tokens the twin's prefix cache served.
+    cached: Option<u32>,
     output: u32,
     tokens: Vec<u64>,
 }
@@ -40,6 +43,8 @@ enum Pace {
 struct Sim<'a> {
     engine: Engine,
     model: &'a ServerModel,
+    /// The live twin's prefix cache, fed each prompt when it is sent.
+    cache: TwinCache,
     work: &'a mut dyn Workload,
     next_index: u64,
     exhausted: bool,
@@ -74,13 +79,19 @@ impl Sim<'_> {
         let id = self.next_index;
         self.next_index += 1;
         self.sent += 1;
+        let input = p.input_tokens.saturating_add(self.model.prompt_extra_tokens).max(1);
+        let cached = self.cache.enabled().then(|| {
+            let c = self.cache.serve(&cache_tokens(&p.prompt), u64::from(input));
+            u32::try_from(c).unwrap_or(u32::MAX)
+        });
         self.flights.insert(
             id,
             Flight {
                 index: p.index,
                 intended_ns,
                 sent_ns: at_ns,
-                input: p.input_tokens.saturating_add(self.model.prompt_extra_tokens).max(1),
+                input,
+                cached,
                 output: p.max_tokens.max(1),
                 tokens: Vec::new(),
             },
@@ -100,7 +111,7 @@ impl Sim<'_> {
                 id,
                 at_ns: at,
                 prompt_tokens: f.input,
-                cached_tokens: 0,
+                cached_tokens: f.cached.unwrap_or(0),
                 output_tokens: f.output,
             });
         }
@@ -119,6 +130,45 @@ impl Sim<'_> {
             }
         }
     }
+}
+
+/// A prompt's prefix-cache tokens as the live twin makes them from the request it is sent:
+/// each word of each message tagged with its role, an image as the simulator's image tokens,
+/// a text prompt's words, or the token ids.
+fn cache_tokens(p: &Prompt) -> Vec<u64> {
+    fn words(out: &mut Vec<u64>, role: &str, s: &str) {
+        out.extend(s.split_whitespace().map(|w| word_token(role, w)));
+    }
+    let mut out = Vec::new();
+    match p {
+        Prompt::Chat(msgs) => {
+            for m in msgs {
+                match &m.content {
+                    MessageContent::Text(t) => words(&mut out, &m.role, t),
+                    MessageContent::Parts(parts) => {
+                        for part in parts {
+                            match part {
+                                ContentPart::Text { text } => words(&mut out, &m.role, text),
+                                ContentPart::ImageUrl { image_url } => {
+                                    let h = word_token("image", &image_url.url);
+                                    let n =
+                                        u64::from(quetta_sim::SimConfig::default().image_tokens);
+                                    out.extend((0..n).map(|i| h.wrapping_add(i)));
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => words(&mut out, &m.role, &m.text_content()),
+                }
+            }
+        }
+        Prompt::Text(t) => words(&mut out, "", t),
+        Prompt::TokenIds(ids) => out.extend(ids.iter().map(|&i| u64::from(i))),
+        // a prompt of another kind: no cache hits (an upper bound on its prefill)
+        _ => {}
+    }
+    out
 }
 
 fn observe(f: Flight, stream: bool) -> Observation {
@@ -145,7 +195,10 @@ fn observe(f: Flight, stream: bool) -> Observation {
         end: d(last),
         itl_us,
         token_chunks: if stream { f.tokens.len() as u32 } else { 1 },
-        usage: Some(Usage::tokens(Some(u64::from(f.input)), Some(f.tokens.len() as u64))),
+        usage: Some(
+            Usage::tokens(Some(u64::from(f.input)), Some(f.tokens.len() as u64))
+                .with_cached(f.cached.map(u64::from)),
+        ),
         planned_input_tokens: f.input,
         planned_output_tokens: f.output,
         status: Some(200),
@@ -166,6 +219,7 @@ fn simulate(
     let mut s = Sim {
         engine: Engine::new(model),
         model,
+        cache: TwinCache::new(model),
         work,
         next_index: 0,
         exhausted: false,

@@ -28,6 +28,7 @@ fn model() -> ServerModel {
         prefix_cache: false,
         block_tokens: 16,
         prompt_extra_tokens: 0,
+        template_cached_tokens: 0,
         arrival_overhead_ms: 0.5,
         emit_overhead_ms: 0.0,
         fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },
@@ -39,6 +40,11 @@ fn tokenizer() -> String {
 }
 
 fn bench(m: &ServerModel, load: Load, n: u64) -> Benchmark {
+    bench_prefix(m, load, n, None)
+}
+
+/// [`bench`], every prompt starting with one shared prefix of `prefix` tokens.
+fn bench_prefix(m: &ServerModel, load: Load, n: u64, prefix: Option<u32>) -> Benchmark {
     let twin = Twin { model: m.clone(), token_counter: Some(token_counter(&tokenizer()).unwrap()) };
     let cfg = twin.sim_config(SimConfig::default());
     // lengths vary (as vLLM's random dataset with --random-range-ratio 0.5): identical
@@ -47,6 +53,7 @@ fn bench(m: &ServerModel, load: Load, n: u64) -> Benchmark {
     let mut w = WorkloadSpec::synthetic(200, 24);
     w.range_ratio = Some(0.5);
     w.tokenizer = Some(tokenizer());
+    w.prefix_len = prefix;
     let mut b = Benchmark::new(Target::simulator(cfg)).workload(w).load(load).requests(n);
     b.ignore_eos = true;
     b
@@ -124,6 +131,43 @@ fn the_same_workload_predicted_and_served_live_agrees_within_5_percent() {
         assert!(client_rows.iter().all(|r| !html.contains(r)), "client rows in {html}");
         assert!(std::fs::metadata(pdf).unwrap().len() > 1000);
     }
+}
+
+/// A shared prefix: the twin's prefix cache serves it the same live and predicted (the
+/// same prompts, blocks and counts), and a prediction without the cache computes every
+/// prompt token.
+#[test]
+fn a_shared_prefix_is_cached_alike_live_and_predicted() {
+    let mut m = model();
+    m.prefix_cache = true;
+    // prefills dominate TTFT, so the cache shows in it
+    m.step.prefill_token_ms = 0.4;
+    let (n, prefix) = (24, Some(600));
+    let dl = tmpdir("twin-prefix-live");
+    let live = bench_prefix(&m, Load::closed(2), n, prefix).output_dir(&dl).run_blocking().unwrap();
+    let pred = bench_prefix(&m, Load::closed(2), n, prefix).predict_blocking(&m).unwrap();
+    let mut cold = m.clone();
+    cold.prefix_cache = false;
+    let uncached = bench_prefix(&cold, Load::closed(2), n, prefix).predict_blocking(&cold).unwrap();
+    let (l, p, u) = (&live.summary.metrics, &pred.summary.metrics, &uncached.summary.metrics);
+    assert_eq!((l.completed, p.completed), (n, n));
+    let (lc, pc) = (l.total_cached_tokens as f64, p.total_cached_tokens as f64);
+    eprintln!(
+        "cached tokens live {lc} predicted {pc} of {} input; TTFT p50 live {:.1} predicted {:.1} uncached {:.1} ms",
+        l.total_input_tokens,
+        l.ttft_ms.p50.unwrap(),
+        p.ttft_ms.p50.unwrap(),
+        u.ttft_ms.p50.unwrap()
+    );
+    // all but the first prompt find the prefix: over half the input, counted alike
+    assert!(lc > 0.5 * l.total_input_tokens as f64, "live cached {lc}");
+    assert!((pc / lc - 1.0).abs() <= 0.02, "cached tokens live {lc} predicted {pc}");
+    assert_eq!(u.total_cached_tokens, 0);
+    let (fl, fp) = (figures(&live.summary), figures(&pred.summary));
+    for (what, a, b) in [("TTFT p50", fl.ttft, fp.ttft), ("E2E p50", fl.e2e, fp.e2e)] {
+        assert!((b / a - 1.0).abs() <= 0.05, "{what} live {a:.2} predicted {b:.2}");
+    }
+    assert!(fp.ttft < 0.6 * u.ttft_ms.p50.unwrap(), "the cache shortens the prefill");
 }
 
 /// What-if knobs: twice the speed halves the steps, more slots cut the queueing.
