@@ -10,6 +10,8 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
+use serde_json::Value;
+
 use crate::model::ServerModel;
 
 #[derive(Debug, Default)]
@@ -102,6 +104,51 @@ impl PrefixCache {
         self.used.clear();
         self.lru.clear();
     }
+}
+
+/// The prompt as prefix-cache tokens: each word of each message tagged with its role (so
+/// the same words from another role differ), the words of a text prompt, or token ids.
+/// As many tokens as the simulator counts in the prompt (without a tokenizer).
+pub fn body_tokens(v: &Value, image_tokens: u64) -> Vec<u64> {
+    fn push(out: &mut Vec<u64>, role: &str, s: &str) {
+        out.extend(s.split_whitespace().map(|w| word_token(role, w)));
+    }
+    let mut out = Vec::new();
+    if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
+        for m in msgs {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            match m.get("content") {
+                Some(Value::String(s)) => push(&mut out, role, s),
+                Some(Value::Array(parts)) => {
+                    for p in parts {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            push(&mut out, role, t);
+                        }
+                        if let Some(url) = p.pointer("/image_url/url").and_then(Value::as_str) {
+                            // An image is `image_tokens` tokens, the same for the same image.
+                            let h = word_token("image", url);
+                            out.extend((0..image_tokens).map(|i| h.wrapping_add(i)));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        return out;
+    }
+    match v.get("prompt") {
+        Some(Value::String(s)) => push(&mut out, "", s),
+        Some(Value::Array(a)) if a.iter().all(Value::is_number) => {
+            out.extend(a.iter().map(|n| n.as_u64().unwrap_or(0)));
+        }
+        Some(Value::Array(a)) => {
+            for p in a {
+                push(&mut out, "", p.as_str().unwrap_or(""));
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 /// Blocks the twin of `m` keeps in its prefix cache: its whole KV budget, or none when the

@@ -151,52 +151,6 @@ fn count_prompt(v: &Value, image_tokens: u64, counter: Option<&crate::TokenCount
     }
 }
 
-/// The prompt as prefix-cache tokens: each word of each message tagged with its role (so
-/// the same words from another role differ), the words of a text prompt, or token ids.
-/// As many tokens as [`count_prompt`] counts.
-fn prompt_tokens(v: &Value, image_tokens: u64) -> Vec<u64> {
-    use crate::cache::word_token as token;
-    fn push(out: &mut Vec<u64>, role: &str, s: &str) {
-        out.extend(s.split_whitespace().map(|w| token(role, w)));
-    }
-    let mut out = Vec::new();
-    if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
-        for m in msgs {
-            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-            match m.get("content") {
-                Some(Value::String(s)) => push(&mut out, role, s),
-                Some(Value::Array(parts)) => {
-                    for p in parts {
-                        if let Some(t) = p.get("text").and_then(Value::as_str) {
-                            push(&mut out, role, t);
-                        }
-                        if let Some(url) = p.pointer("/image_url/url").and_then(Value::as_str) {
-                            // An image is `image_tokens` tokens, the same for the same image.
-                            let h = token("image", url);
-                            out.extend((0..image_tokens).map(|i| h.wrapping_add(i)));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        return out;
-    }
-    match v.get("prompt") {
-        Some(Value::String(s)) => push(&mut out, "", s),
-        Some(Value::Array(a)) if a.iter().all(Value::is_number) => {
-            out.extend(a.iter().map(|n| n.as_u64().unwrap_or(0)));
-        }
-        Some(Value::Array(a)) => {
-            for p in a {
-                push(&mut out, "", p.as_str().unwrap_or(""));
-            }
-        }
-        _ => {}
-    }
-    out
-}
-
 fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -486,7 +440,7 @@ async fn generate(
 /// Prefix cache: look up, then store the prompt's blocks (as computed by this request); the
 /// reply's blocks are stored when it has been generated. The prompt's cache tokens.
 fn cache_lookup(sh: &Shared, v: &Value, rec: &mut SimRecord) -> Vec<u64> {
-    let cache_tokens = prompt_tokens(v, u64::from(sh.cfg.image_tokens));
+    let cache_tokens = crate::cache::body_tokens(v, u64::from(sh.cfg.image_tokens));
     let mut c = sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let blocks = c.blocks(&cache_tokens);
     let hit = c.lookup(&blocks, cache_tokens.len());

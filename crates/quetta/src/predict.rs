@@ -9,10 +9,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
-use quetta_engine::{ContentPart, MessageContent, Prompt, Usage};
+use quetta_engine::{Prompt, Usage};
 use quetta_loadgen::{Load, RunOutcome};
 use quetta_metrics::{Aggregate, Observation, RequestRecord};
-use quetta_sim::cache::{word_token, TwinCache};
+use quetta_sim::cache::{body_tokens, TwinCache};
 use quetta_sim::engine::{Engine, EngineRequest, Token};
 use quetta_sim::model::ServerModel;
 use quetta_workload::spec::BuiltWork;
@@ -132,43 +132,17 @@ impl Sim<'_> {
     }
 }
 
-/// A prompt's prefix-cache tokens as the live twin makes them from the request it is sent:
-/// each word of each message tagged with its role, an image as the simulator's image tokens,
-/// a text prompt's words, or the token ids.
+/// A prompt's prefix-cache tokens, made by the live twin's own code from the body the
+/// prompt is sent as (its messages, text or token ids).
 fn cache_tokens(p: &Prompt) -> Vec<u64> {
-    fn words(out: &mut Vec<u64>, role: &str, s: &str) {
-        out.extend(s.split_whitespace().map(|w| word_token(role, w)));
-    }
-    let mut out = Vec::new();
-    match p {
-        Prompt::Chat(msgs) => {
-            for m in msgs {
-                match &m.content {
-                    MessageContent::Text(t) => words(&mut out, &m.role, t),
-                    MessageContent::Parts(parts) => {
-                        for part in parts {
-                            match part {
-                                ContentPart::Text { text } => words(&mut out, &m.role, text),
-                                ContentPart::ImageUrl { image_url } => {
-                                    let h = word_token("image", &image_url.url);
-                                    let n =
-                                        u64::from(quetta_sim::SimConfig::default().image_tokens);
-                                    out.extend((0..n).map(|i| h.wrapping_add(i)));
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
-                    _ => words(&mut out, &m.role, &m.text_content()),
-                }
-            }
-        }
-        Prompt::Text(t) => words(&mut out, "", t),
-        Prompt::TokenIds(ids) => out.extend(ids.iter().map(|&i| u64::from(i))),
+    let body = match p {
+        Prompt::Chat(msgs) => serde_json::json!({ "messages": msgs }),
+        Prompt::Text(t) => serde_json::json!({ "prompt": t }),
+        Prompt::TokenIds(ids) => serde_json::json!({ "prompt": ids }),
         // a prompt of another kind: no cache hits (an upper bound on its prefill)
-        _ => {}
-    }
-    out
+        _ => return Vec::new(),
+    };
+    body_tokens(&body, u64::from(quetta_sim::SimConfig::default().image_tokens))
 }
 
 fn observe(f: Flight, stream: bool) -> Observation {
