@@ -8,6 +8,9 @@ capacity measured at concurrency 8, the same workload runs three times: against 
 against the live twin (quetta-bench run --sim-model, real time) and predicted by the twin
 (--predict, virtual clock). Prints a Markdown table of TTFT p50/p90, TPOT p50, E2E p50 and
 output throughput with the twin's error against the server.
+
+It keeps itself and the runs it starts off the CPU scripts/llama-server-start.sh pins the server
+to (QUETTA_LLAMA_CPU, else the last CPU), as a client on its own machine would be.
 """
 import json
 import os
@@ -20,6 +23,10 @@ url, model, tok, out = sys.argv[1:5]
 n = sys.argv[5] if len(sys.argv) > 5 else "12"
 inp, outp, ratio = (sys.argv[6:9] if len(sys.argv) > 8 else ("256", "128", "0.5"))
 os.makedirs(out, exist_ok=True)
+cpus = os.cpu_count() or 1
+server_cpu = os.environ.get("QUETTA_LLAMA_CPU") or (str(cpus - 1) if cpus >= 2 else "none")
+if server_cpu != "none":
+    os.sched_setaffinity(0, set(range(cpus)) - {int(server_cpu)})
 
 common = ["--tokenizer", tok, "--input-len", inp, "--output-len", outp, "--random-range-ratio", ratio,
           "--ignore-eos", "--num-requests", n, "--drain-timeout", "1200", "--quiet", "--overwrite"]

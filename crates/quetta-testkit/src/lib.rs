@@ -27,9 +27,50 @@ fn llama_url_from(url: Option<String>, ci: bool) -> Option<String> {
     }
 }
 
+/// The CPU `scripts/llama-server-start.sh` pins the server to: `QUETTA_LLAMA_CPU`, else the
+/// last of `cpus` when there are two or more; `None` when it is unpinned.
+fn llama_cpu_from(var: Option<String>, cpus: usize) -> Option<usize> {
+    match var.as_deref() {
+        Some("none") => None,
+        Some(v) if !v.is_empty() => v.parse().ok(),
+        _ => (cpus >= 2).then(|| cpus - 1),
+    }
+}
+
+/// Keep the calling thread, and every thread and process it starts from now on, off the CPU
+/// the llama.cpp server is pinned to, as a client on its own machine would be: a test that
+/// compares timings with the server's leaves its one compute thread a CPU of its own. Linux
+/// only; elsewhere, or with the server unpinned, it does nothing. Returns the server's CPU
+/// when it moved the thread.
+pub fn keep_off_llama_cpu() -> Option<usize> {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let cpu = llama_cpu_from(std::env::var("QUETTA_LLAMA_CPU").ok(), cpus)?;
+    #[cfg(target_os = "linux")]
+    {
+        let mut set = rustix::thread::CpuSet::new();
+        (0..cpus).filter(|c| *c != cpu).for_each(|c| set.set(c));
+        rustix::thread::sched_setaffinity(None, &set).ok().map(|()| cpu)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = cpu;
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::llama_url_from;
+    use super::{llama_cpu_from, llama_url_from};
+
+    #[test]
+    fn the_server_cpu_is_the_last_of_two_or_more_unless_set() {
+        assert_eq!(llama_cpu_from(None, 2), Some(1));
+        assert_eq!(llama_cpu_from(None, 16), Some(15));
+        assert_eq!(llama_cpu_from(None, 1), None);
+        assert_eq!(llama_cpu_from(Some("none".into()), 4), None);
+        assert_eq!(llama_cpu_from(Some("2".into()), 4), Some(2));
+        assert_eq!(llama_cpu_from(Some(String::new()), 4), Some(3));
+    }
 
     #[test]
     fn a_set_url_is_used_and_a_missing_one_skips_outside_ci() {
