@@ -2,9 +2,8 @@
 //! slots, SmolLM2-135M on one CPU thread): calibrated by `quetta-probe calibrate`, then the
 //! same workloads, none of which the calibration ran, against the server, the live twin and
 //! the predicted twin. The short form of docs/SIMULATOR.md's table: closed loops at 1 and 4
-//! (`scripts/twin-compare.py` runs the whole table). It catches a twin that is wrong in
-//! kind (slots, template tokens, step costs off by 2×) and a prediction that disagrees with
-//! the live twin by a fifth, not the last 10 %.
+//! (`scripts/twin-compare.py` runs the whole table), with the bounds of [`SERVER_BOUND`]
+//! and [`SERVER_P90_BOUND`] against the server and [`TWIN_BOUND`] between live and predicted.
 
 use quetta::sim::model::WhatIf;
 use quetta::{Benchmark, Load, Target, Twin, WorkloadSpec};
@@ -53,6 +52,9 @@ fn figures(s: &quetta::Summary) -> Figures {
 #[test]
 fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_on() {
     let Some(url) = quetta_testkit::llama_url() else { return };
+    // The calibration, the client and the in-process live twin run off the server's CPU.
+    let server_cpu = quetta_testkit::keep_off_llama_cpu();
+    eprintln!("llama.cpp server pinned to CPU {server_cpu:?}");
     let d = std::env::temp_dir().join(format!("quetta-twin-llama-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     let model_path = d.join("server-model.json");
@@ -99,40 +101,69 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
         model.template_cached_tokens
     );
     let twin = twin.target();
+    // A miss is measured once more on fresh prompts before it fails the test: this
+    // server's own speed moves by about a tenth between runs minutes apart (below).
     let mut failures = Vec::new();
-    let salt = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-        * 10;
+    for attempt in 0..2 {
+        let salt = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            * 10;
+        failures = compare(&url, &twin, &model, salt);
+        if failures.is_empty() {
+            break;
+        }
+        eprintln!("attempt {} missed, on fresh prompts once more: {failures:#?}", attempt + 1);
+    }
+    assert!(failures.is_empty(), "{failures:#?}\n{text}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Bounds against the server: TTFT p50, TPOT p50, E2E p50 and throughput within 25 %, TTFT
+/// p90 within 40 %; live against predicted within 20 % (the TTFT p90 not asserted there).
+const SERVER_BOUND: f64 = 0.25;
+const SERVER_P90_BOUND: f64 = 0.40;
+const TWIN_BOUND: f64 = 0.2;
+
+/// The closed-1 and closed-4 loads against the server, the live twin and the predicted
+/// twin; the misses, each with its figures.
+fn compare(
+    url: &str,
+    twin: &Target,
+    model: &quetta::sim::model::ServerModel,
+    salt: u64,
+) -> Vec<String> {
+    let mut failures = Vec::new();
     let loads = [("closed 1", Load::closed(1), 6), ("closed 4", Load::closed(4), 24)];
     for (k, (name, load, n)) in loads.into_iter().enumerate() {
         let seed = salt + k as u64;
-        let real = bench(Target::openai(&url), load.clone(), n, seed).run_blocking().unwrap();
+        let real = bench(Target::openai(url), load.clone(), n, seed).run_blocking().unwrap();
         let real = figures(&real.summary);
         let live =
             figures(&bench(twin.clone(), load.clone(), n, seed).run_blocking().unwrap().summary);
-        let pred = bench(twin.clone(), load, n, seed).predict_blocking(&model).unwrap();
+        let pred = bench(twin.clone(), load, n, seed).predict_blocking(model).unwrap();
         let pred = figures(&pred.summary);
         for (k, what) in NAMES.iter().enumerate() {
-            // Against the server: within a factor of 2, far looser than the 10 % /
-            // 20 % and TTFT p90 not asserted. This server's speed drifts by more than the
-            // issue's bounds within minutes on a shared 2-core machine: one CI run
-            // calibrated it with clean fits (R² 0.99, decode 19.7 ms a token alone) and a
-            // minute later it decoded at 28 ms (the twin 28–56 % off on every figure); the
-            // same 617-token prompt prefilled in 5.9–7.4 s a minute apart. What this
-            // catches is a twin wrong in kind (slots, template tokens, a cost off by 2×);
-            // docs/SIMULATOR.md has the full table.
+            // Against the server, looser than the 10 % / 20 %, which the full table
+            // in docs/SIMULATOR.md is measured against: with the server pinned to its own
+            // CPU, two runs of this test a few minutes apart on one 2-core machine gave a
+            // twin 10-14 % fast on every figure in one (its calibration's first decode
+            // round refused as too noisy) and within 4 % at closed 1 in the other; the
+            // worst TTFT p90 was 28 % under.
+            let bound = if k == 1 { SERVER_P90_BOUND } else { SERVER_BOUND };
             for (side, v) in [("live", live.0[k]), ("predicted", pred.0[k])] {
-                let ratio = v / real.0[k];
+                let err = v / real.0[k] - 1.0;
                 eprintln!(
                     "{name}: {what}: server {:.1}, {side} twin {v:.1} ({:+.1} %)",
                     real.0[k],
-                    (ratio - 1.0) * 100.0
+                    err * 100.0
                 );
-                if k != 1 && !(0.5..=2.0).contains(&ratio) {
+                if err.is_nan() || err.abs() > bound {
                     failures.push(format!(
-                        "{name} {what}: server {:.1}, {side} {v:.1} (×{ratio:.2}, bound ×2)",
-                        real.0[k]
+                        "{name} {what}: server {:.1}, {side} {v:.1} ({:+.1} %, bound {:.0} %)",
+                        real.0[k],
+                        err * 100.0,
+                        bound * 100.0
                     ));
                 }
             }
@@ -140,7 +171,7 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
             // of short prefills; with 12 of second-long ones, one CI run's TTFT p50 differed
             // by 35 % on whether two prefills shared a step).
             let err = pred.0[k] / live.0[k] - 1.0;
-            if k != 1 && (err.is_nan() || err.abs() > 0.2) {
+            if k != 1 && (err.is_nan() || err.abs() > TWIN_BOUND) {
                 failures.push(format!(
                     "{name} {what}: live twin {:.1}, predicted {:.1} ({:+.1} %, bound 20 %)",
                     live.0[k],
@@ -150,6 +181,5 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
             }
         }
     }
-    assert!(failures.is_empty(), "{failures:#?}\n{text}");
-    let _ = std::fs::remove_dir_all(&d);
+    failures
 }
