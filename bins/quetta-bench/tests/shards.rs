@@ -177,7 +177,12 @@ fn check_merged(out: &Path, o: &std::process::Output) -> serde_json::Value {
         }
     }
     let spread = (starts.iter().max().unwrap() - starts.iter().min().unwrap()) as f64 / 1e6;
-    assert!(spread < 5.0, "the shards started {spread} ms apart");
+    // Each shard sleeps to 20 µs before the shared instant and spins the rest; what is left
+    // is the host's: one 2-vCPU VM kept even a spinning thread off its vCPU for up to 8 ms
+    // (35-40 stalls over 0.1 ms a second), and a fresh-clone CI run there saw 5.9 ms. A start
+    // that is wrong in kind (a shard starting on its own connect, or a clock offset taken
+    // with the wrong sign) is hundreds of ms off.
+    assert!(spread < 10.0, "the shards started {spread} ms apart");
     eprintln!("start spread {spread:.3} ms; {}", s["shards"]);
     let m = serde_json::to_value(union.summary(&[])).unwrap();
     for key in [
