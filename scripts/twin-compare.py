@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The twin against the real server it was calibrated on: docs/SIMULATOR.md's table.
 
-usage: twin-compare.py BASE_URL SERVER_MODEL.json TOKENIZER OUT_DIR [N_REQUESTS] [INPUT_LEN OUTPUT_LEN RANGE_RATIO]
+usage: twin-compare.py BASE_URL SERVER_MODEL.json TOKENIZER OUT_DIR [N_REQUESTS] [INPUT_LEN OUTPUT_LEN RANGE_RATIO [OUTPUT_RANGE_RATIO]]
+
+(prompts of 128-1,024 tokens with outputs of 64-256: 576 160 0.778 0.6)
 
 For closed loops at concurrency 1, 2, 4 and 8 and Poisson arrivals at 50 % and 90 % of the
 capacity measured at concurrency 8, the same workload runs three times: against the server,
@@ -22,13 +24,15 @@ bench = os.environ.get("QUETTA_BENCH", "target/release/quetta-bench")
 url, model, tok, out = sys.argv[1:5]
 n = sys.argv[5] if len(sys.argv) > 5 else "12"
 inp, outp, ratio = (sys.argv[6:9] if len(sys.argv) > 8 else ("256", "128", "0.5"))
+out_ratio = sys.argv[9] if len(sys.argv) > 9 else ratio
 os.makedirs(out, exist_ok=True)
 cpus = os.cpu_count() or 1
 server_cpu = os.environ.get("QUETTA_LLAMA_CPU") or (str(cpus - 1) if cpus >= 2 else "none")
 if server_cpu != "none":
     os.sched_setaffinity(0, set(range(cpus)) - {int(server_cpu)})
 
-common = ["--tokenizer", tok, "--input-len", inp, "--output-len", outp, "--random-range-ratio", ratio,
+common = ["--tokenizer", tok, "--input-len", inp, "--output-len", outp, "--input-range-ratio", ratio,
+          "--output-range-ratio", out_ratio,
           "--ignore-eos", "--num-requests", n, "--drain-timeout", "1200", "--quiet", "--overwrite"]
 # Each load its own prompts, none the server has seen (llama.cpp keeps earlier prompts in its
 # cache, and a cached prompt's TTFT is not a prefill); the same prompts for the server and the

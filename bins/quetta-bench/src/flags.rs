@@ -408,6 +408,14 @@ pub struct RunArgs {
     /// Synthetic lengths drawn uniformly from [len·(1−r), len·(1+r)] (vLLM's), 0 ≤ r < 1.
     #[arg(help_heading = "Workload", long)]
     pub random_range_ratio: Option<f64>,
+    /// The prompt lengths' own range ratio (instead of --random-range-ratio for them).
+    #[arg(help_heading = "Workload", long, visible_alias = "random-input-range-ratio")]
+    pub input_range_ratio: Option<f64>,
+    /// The output lengths' own range ratio (instead of --random-range-ratio for them):
+    /// --input-len 576 --input-range-ratio 0.778 --output-len 160 --output-range-ratio 0.6
+    /// draws prompts of 128–1,024 tokens and outputs of 64–256.
+    #[arg(help_heading = "Workload", long, visible_alias = "random-output-range-ratio")]
+    pub output_range_ratio: Option<f64>,
     /// Tokens of one prefix shared by every synthetic prompt, before its own
     /// --random-input-len tokens (vLLM's).
     #[arg(help_heading = "Workload", long)]
@@ -811,6 +819,8 @@ impl RunArgs {
             output_len: self.output_len,
             output_stddev: self.output_len_stddev,
             range_ratio: self.random_range_ratio,
+            input_range_ratio: self.input_range_ratio,
+            output_range_ratio: self.output_range_ratio,
             prefix_len: self.random_prefix_len,
             chat: self.endpoint() == Endpoint::Chat,
             tokenizer: self.tokenizer.clone(),

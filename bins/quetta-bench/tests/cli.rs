@@ -386,6 +386,34 @@ fn dry_run_prints_the_plan_and_sends_nothing() {
     );
     assert!(out.contains("input      mean 64.0"), "{out}");
     assert!(!d.exists(), "a dry run writes no output directory");
+    // prompts of 128–1,024 tokens with outputs of 64–256: a range ratio each
+    let o = run(&[
+        "run",
+        "--input-len",
+        "576",
+        "--input-range-ratio",
+        "0.778",
+        "--output-len",
+        "160",
+        "--output-range-ratio",
+        "0.6",
+        "--num-requests",
+        "1000",
+        "--dry-run",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let span = |line: &str| -> (u32, u32) {
+        let l = out.lines().find(|l| l.starts_with(line)).unwrap_or_else(|| panic!("{out}"));
+        let num = |key: &str| -> u32 {
+            let at = l.find(key).unwrap() + key.len();
+            l[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        };
+        (num(" min "), num(" max "))
+    };
+    let ((ilo, ihi), (olo, ohi)) = (span("input "), span("output "));
+    assert!((128..150).contains(&ilo) && (1000..=1024).contains(&ihi), "{out}");
+    assert!((64..72).contains(&olo) && (248..=256).contains(&ohi), "{out}");
 }
 
 /// Start a 60-second closed-loop run against the embedded simulator, writing into `d`.

@@ -45,8 +45,12 @@ pub struct RunSettings {
     pub input_len_stddev: f64,
     pub output_len: u32,
     pub output_len_stddev: f64,
-    /// Synthetic lengths drawn uniformly from `[len·(1−r), len·(1+r)]`.
+    /// Synthetic prompt lengths drawn uniformly from `[len·(1−r), len·(1+r)]`; the output
+    /// lengths too, unless `output_range_ratio` says otherwise.
     pub range_ratio: Option<f64>,
+    /// The output lengths' ratio, where it differs from `range_ratio`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_range_ratio: Option<f64>,
     /// Tokens of one prefix shared by every synthetic prompt.
     pub prefix_len: Option<u32>,
     pub ignore_eos: bool,

@@ -119,6 +119,11 @@ pub struct WorkloadSpec {
     /// Synthetic lengths drawn uniformly from `[len·(1−r), len·(1+r)]` (vLLM's
     /// `--random-range-ratio`); 0 or none: fixed lengths (or the stddevs' normal draw).
     pub range_ratio: Option<f64>,
+    /// The prompts' own range ratio, instead of `range_ratio` for them.
+    pub input_range_ratio: Option<f64>,
+    /// The outputs' own range ratio, instead of `range_ratio` for them (prompts of 128–1,024
+    /// tokens with outputs of 64–256 take two ratios).
+    pub output_range_ratio: Option<f64>,
     /// Tokens of one prefix shared by every synthetic prompt, before its own `input_len`
     /// tokens (vLLM's `--random-prefix-len`).
     pub prefix_len: Option<u32>,
@@ -152,6 +157,8 @@ impl Default for WorkloadSpec {
             output_len: None,
             output_stddev: None,
             range_ratio: None,
+            input_range_ratio: None,
+            output_range_ratio: None,
             prefix_len: None,
             chat: true,
             tokenizer: None,
@@ -460,7 +467,10 @@ impl WorkloadSpec {
         if self.stress && !matches!(self.source, Source::Synthetic) {
             return bad("stress mode", "it builds its own unique random-token prompts: drop --sessions, --trace, --dataset, --workload and multi-turn or trace profiles");
         }
-        let shaped = self.range_ratio.is_some_and(|r| r > 0.0) || self.prefix_len.unwrap_or(0) > 0;
+        let shaped = [self.range_ratio, self.input_range_ratio, self.output_range_ratio]
+            .iter()
+            .any(|r| r.is_some_and(|r| r > 0.0))
+            || self.prefix_len.unwrap_or(0) > 0;
         if shaped && !matches!(self.source, Source::Synthetic) {
             return bad("random range ratio and prefix", "they shape synthetic (random) prompts: drop --dataset, --trace, --sessions, --workload and --profile, or the range ratio and prefix");
         }
@@ -492,6 +502,16 @@ impl WorkloadSpec {
         Ok(())
     }
 
+    /// The prompts' range ratio: their own, else the shared one.
+    pub fn input_range_ratio(&self) -> Option<f64> {
+        self.input_range_ratio.or(self.range_ratio)
+    }
+
+    /// The outputs' range ratio: their own, else the shared one.
+    pub fn output_range_ratio(&self) -> Option<f64> {
+        self.output_range_ratio.or(self.range_ratio)
+    }
+
     fn synthetic_spec(&self) -> SyntheticSpec {
         SyntheticSpec {
             input_len: self.input_len.unwrap_or(128),
@@ -500,7 +520,8 @@ impl WorkloadSpec {
             output_stddev: self.output_stddev.unwrap_or(0.0),
             chat: self.chat,
             seed: self.seed,
-            range_ratio: self.range_ratio.unwrap_or(0.0),
+            input_range_ratio: self.input_range_ratio().unwrap_or(0.0),
+            output_range_ratio: self.output_range_ratio().unwrap_or(0.0),
             prefix_len: self.prefix_len.unwrap_or(0),
         }
     }

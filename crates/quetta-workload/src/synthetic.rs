@@ -34,9 +34,12 @@ pub struct SyntheticSpec {
     /// Send chat messages (true) or a raw prompt (false).
     pub chat: bool,
     pub seed: u64,
-    /// vLLM's `--random-range-ratio`: lengths drawn uniformly from `[len·(1−r), len·(1+r)]`
-    /// (0: fixed, or the normal draw of the stddevs; both at once are refused).
-    pub range_ratio: f64,
+    /// vLLM's `--random-range-ratio` for the prompts: lengths drawn uniformly from
+    /// `[len·(1−r), len·(1+r)]` (0: fixed, or the normal draw of the stddevs; a ratio and a
+    /// stddev at once are refused).
+    pub input_range_ratio: f64,
+    /// The same for the output lengths.
+    pub output_range_ratio: f64,
     /// vLLM's `--random-prefix-len`: tokens of one prefix shared by every prompt, put
     /// before the drawn `input_len` tokens (the prompt has `prefix_len + input_len`).
     pub prefix_len: u32,
@@ -52,7 +55,8 @@ impl Default for SyntheticSpec {
             output_stddev: 0.0,
             chat: true,
             seed: 0,
-            range_ratio: 0.0,
+            input_range_ratio: 0.0,
+            output_range_ratio: 0.0,
             prefix_len: 0,
         }
     }
@@ -77,23 +81,25 @@ impl SyntheticSpec {
         if !(self.output_stddev >= 0.0 && self.output_stddev.is_finite()) {
             return bad("output length stddev", "must be a non-negative number");
         }
-        if !(0.0..1.0).contains(&self.range_ratio) {
-            return bad("range ratio", "must be at least 0 and below 1");
-        }
-        if self.range_ratio > 0.0 && (self.input_stddev > 0.0 || self.output_stddev > 0.0) {
-            return bad(
-                "range ratio",
-                "draws the lengths uniformly: give it or a stddev, not both",
-            );
+        for (name, r, sd) in [
+            ("input range ratio", self.input_range_ratio, self.input_stddev),
+            ("output range ratio", self.output_range_ratio, self.output_stddev),
+        ] {
+            if !(0.0..1.0).contains(&r) {
+                return bad(name, "must be at least 0 and below 1");
+            }
+            if r > 0.0 && sd > 0.0 {
+                return bad(name, "draws the lengths uniformly: give it or a stddev, not both");
+            }
         }
         Ok(())
     }
 
-    fn draw(&self, rng: &mut ChaCha8Rng, mean: u32, sd: f64) -> u32 {
-        if self.range_ratio > 0.0 {
+    fn draw(rng: &mut ChaCha8Rng, mean: u32, sd: f64, ratio: f64) -> u32 {
+        if ratio > 0.0 {
             let m = f64::from(mean);
-            let lo = (m * (1.0 - self.range_ratio)).ceil().max(1.0) as u32;
-            let hi = ((m * (1.0 + self.range_ratio)).floor() as u32).max(lo);
+            let lo = (m * (1.0 - ratio)).ceil().max(1.0) as u32;
+            let hi = ((m * (1.0 + ratio)).floor() as u32).max(lo);
             return rng.gen_range(lo..=hi);
         }
         if sd == 0.0 {
@@ -107,8 +113,9 @@ impl SyntheticSpec {
     pub fn planned(&self, index: u64) -> PlannedRequest {
         let mut rng =
             ChaCha8Rng::seed_from_u64(self.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let n_in = self.draw(&mut rng, self.input_len, self.input_stddev);
-        let n_out = self.draw(&mut rng, self.output_len, self.output_stddev);
+        let n_in = Self::draw(&mut rng, self.input_len, self.input_stddev, self.input_range_ratio);
+        let n_out =
+            Self::draw(&mut rng, self.output_len, self.output_stddev, self.output_range_ratio);
         let mut text = String::with_capacity((n_in + self.prefix_len) as usize * 7);
         let mut prefix_rng = ChaCha8Rng::seed_from_u64(self.seed ^ PREFIX_SALT);
         let w = words();
@@ -206,6 +213,28 @@ mod tests {
         let mean = lens.iter().map(|&x| f64::from(x)).sum::<f64>() / 1000.0;
         assert!((mean - 50.0).abs() < 2.0);
         assert!(SyntheticSpec { input_len: 0, ..s }.validate().is_err());
+    }
+
+    /// Prompts of 128–1,024 tokens with outputs of 64–256: one ratio each.
+    #[test]
+    fn prompts_and_outputs_take_their_own_range_ratios() {
+        let s = SyntheticSpec {
+            input_len: 576,
+            output_len: 160,
+            input_range_ratio: 0.778,
+            output_range_ratio: 0.6,
+            ..SyntheticSpec::default()
+        };
+        s.validate().unwrap();
+        let (ins, outs): (Vec<u32>, Vec<u32>) =
+            (0..2000).map(|i| s.planned(i)).map(|p| (p.input_tokens, p.max_tokens)).unzip();
+        let span = |v: &[u32]| (*v.iter().min().unwrap(), *v.iter().max().unwrap());
+        let ((ilo, ihi), (olo, ohi)) = (span(&ins), span(&outs));
+        assert!((128..140).contains(&ilo) && (1010..=1024).contains(&ihi), "{ilo}..{ihi}");
+        assert!((64..70).contains(&olo) && (250..=256).contains(&ohi), "{olo}..{ohi}");
+        let e = SyntheticSpec { output_stddev: 3.0, ..s }.validate().unwrap_err();
+        assert!(e.to_string().contains("output range ratio"), "{e}");
+        assert!(SyntheticSpec { input_range_ratio: 1.0, ..s }.validate().is_err());
     }
 }
 

@@ -117,7 +117,11 @@ fn settings_of(
         input_len_stddev: built.input_stddev,
         output_len: built.output_len,
         output_len_stddev: built.output_stddev,
-        range_ratio: w.range_ratio.filter(|r| *r > 0.0),
+        range_ratio: w.input_range_ratio().filter(|r| *r > 0.0),
+        output_range_ratio: w
+            .output_range_ratio()
+            .filter(|r| *r > 0.0)
+            .filter(|r| Some(*r) != w.input_range_ratio().filter(|r| *r > 0.0)),
         prefix_len: w.prefix_len.filter(|n| *n > 0),
         ignore_eos: b.ignore_eos,
         exact_output_length: b.exact_output_length,
