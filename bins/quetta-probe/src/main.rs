@@ -112,8 +112,9 @@ enum Cmd {
         /// Prompt lengths (words) of the prefill probe.
         #[arg(long, default_value = "32,256,512,1024", value_delimiter = ',')]
         prefill_lengths: Vec<u32>,
-        /// Context lengths (words) of the decode probe.
-        #[arg(long, default_value = "32,256", value_delimiter = ',')]
+        /// Context lengths (words) of the decode probe (the longest finds a knee in the
+        /// context cost: keep it near the longest prompts the twin will see).
+        #[arg(long, default_value = "32,256,1024", value_delimiter = ',')]
         decode_contexts: Vec<u32>,
         /// Requests of each prompt length.
         #[arg(long, default_value_t = 2)]
@@ -293,6 +294,23 @@ async fn calibrated(
             n => format!(" (decode grid measured {n} times, each point its median: the first {} rounds were too noisy)", n - 1),
         }
     );
+    let s = &cal.model.step;
+    println!(
+        "gather window: {:.1} ms (prompts reaching the idle server that close together shared its first step); arrival overhead {:.1} ms",
+        cal.model.gather_ms, cal.model.arrival_overhead_ms
+    );
+    if s.multi_seq_ms > 0.0 {
+        println!(
+            "decode: a step of two sequences or more costs {:.2} ms more than one alone and the slope predict",
+            s.multi_seq_ms
+        );
+    }
+    if s.context_over_kt_ms > 0.0 {
+        println!(
+            "decode context: {:.2} ms per 1,000 tokens, {:.2} ms more beyond a knee at {} tokens",
+            s.context_kt_ms, s.context_over_kt_ms, s.context_knee_tokens
+        );
+    }
     println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
 }

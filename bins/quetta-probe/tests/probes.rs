@@ -180,6 +180,9 @@ fn known_model() -> quetta_sim::model::ServerModel {
             cached_token_ms: 0.0,
             decode_seq_ms: 3.0,
             context_kt_ms: 0.0,
+            context_knee_tokens: 1_500,
+            context_over_kt_ms: 2.0,
+            multi_seq_ms: 1.5,
         },
         max_seqs: 4,
         kv_tokens: 4 * 4096,
@@ -190,6 +193,7 @@ fn known_model() -> quetta_sim::model::ServerModel {
         template_cached_tokens: 0,
         arrival_overhead_ms: 1.0,
         emit_overhead_ms: 0.0,
+        gather_ms: 2.0,
         fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },
     }
 }

@@ -5,12 +5,16 @@
 //! 2. **Prefill**: single requests with prompts of each length (twice), one output token
 //!    asked for two; TTFT = intercept + `prefill_token_ms`·n + `prefill_pair_mt_ms`·n²/2/10⁶,
 //!    n the server's prompt tokens (`usage`); a negative attention term refits without it.
-//! 3. **Decode**: `B` streams at once for B in {1, max/2, max} and two context lengths; the
+//! 3. **Decode**: `B` streams at once for B in {1, max/2, max} and each context length; the
 //!    median gap while every stream decodes = `base_ms` + `decode_seq_ms`·B +
-//!    `context_kt_ms`·C/1000, C the streams' tokens in cache. The prefill intercept less
-//!    `base_ms` is the arrival overhead.
+//!    `context_kt_ms`·C/1000 [+ `context_over_kt_ms`·max(0, C − knee)/1000, where the knee
+//!    pays for itself], C the streams' tokens in cache. The prefill intercept less `base_ms`
+//!    is the arrival overhead.
 //! 4. **Prefix cache**: a prompt, then the same prompt with a few more words; the second's
 //!    TTFT against the model's cold prediction gives `cached_token_ms`.
+//! 5. **Gather**: pairs of short prompts sent 0–50 ms apart to the idle server; the longest
+//!    gap at which they shared its first step is `gather_ms`, taken out of the prefill
+//!    intercept (a lone request waits it out too).
 //!
 //! A fit that explains too little of its data (R² below [`MIN_R2`]), a negative cost, or a
 //! failed request refuses the model, saying why.
@@ -52,7 +56,7 @@ impl Default for CalibrateOptions {
             max_context: 2048,
             prefill_lengths: vec![32, 256, 512, 1024],
             repeats: 2,
-            decode_contexts: vec![32, 256],
+            decode_contexts: vec![32, 256, 1024],
             decode_tokens: 32,
             seqs_probe: 16,
             max_batch_tokens: 2048,
@@ -215,6 +219,69 @@ async fn prefix(
     Ok((cached.min(prompt), prompt - cached.min(prompt), y))
 }
 
+/// Delays (ms) between the two prompts of the gather probe.
+pub const GATHER_DELAYS_MS: [u64; 4] = [0, 10, 25, 50];
+
+/// One pair of the gather probe.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GatherPair {
+    pub delay_ms: u64,
+    /// The second prompt's first token after the first's, ms.
+    pub apart_ms: f64,
+    /// Whether they came from one step (within a quarter of the first's TTFT).
+    pub shared: bool,
+}
+
+/// Pairs of the gather probe at each delay.
+pub const GATHER_REPEATS: u64 = 3;
+
+/// The gather window of an idle server: pairs of 64-word prompts sent each delay apart
+/// ([`GATHER_REPEATS`] each); a pair shared the server's first step when their first tokens
+/// came within a quarter of the first prompt's TTFT of each other (apart, one waits for the
+/// other's whole prefill). The window is midway between the longest delay at which most
+/// pairs, and most pairs of every shorter delay, shared a step and the next delay (the
+/// longest delay itself when all did; 0 when most pairs sent at once did not: which of two
+/// simultaneous requests a server sees first is a race).
+async fn gather(ctx: &ProbeContext, t0: Instant) -> Result<(f64, Vec<GatherPair>), ProbeError> {
+    let mut pairs = Vec::new();
+    let mut id = 5_000u64;
+    for rep in 0..GATHER_REPEATS {
+        for &d in &GATHER_DELAYS_MS {
+            let one = |k: u64, delay: u64| async move {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                ctx.send(id + k, words(64, mix(ctx.seed ^ (id + k) ^ 0x6A7E ^ rep)), 2, t0).await
+            };
+            let got = join_all(vec![one(0, 0), one(1, d)]).await;
+            id += 2;
+            let (a, b) = match (&got[0], &got[1]) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) => return Err(ProbeError::Request(e.to_string())),
+            };
+            let (Some(fa), Some(fb), Some(ttft)) = (a.first_token, b.first_token, ttft_ms(a))
+            else {
+                return Err(ProbeError::Request("a gather probe request gave no token".into()));
+            };
+            let apart_ms = (fb.as_secs_f64() - fa.as_secs_f64()) * 1e3;
+            pairs.push(GatherPair { delay_ms: d, apart_ms, shared: apart_ms.abs() < ttft / 4.0 });
+        }
+    }
+    let most_shared = |d: u64| {
+        let at: Vec<bool> = pairs.iter().filter(|p| p.delay_ms == d).map(|p| p.shared).collect();
+        2 * at.iter().filter(|&&s| s).count() > at.len()
+    };
+    let mut window = 0.0;
+    for (i, &d) in GATHER_DELAYS_MS.iter().enumerate() {
+        if !most_shared(d) {
+            break;
+        }
+        window = match GATHER_DELAYS_MS.get(i + 1) {
+            Some(&next) => (d + next) as f64 / 2.0,
+            None => d as f64,
+        };
+    }
+    Ok((window, pairs))
+}
+
 /// A fit with an intercept that minimises the *relative* residuals (each point weighted by
 /// 1 / measured): a twin is judged by its relative error, and a few long prompts would
 /// otherwise decide the cost of every short one. R² is of the unweighted data.
@@ -274,37 +341,146 @@ fn median_rounds(rounds: &[Vec<Point>]) -> Vec<Point> {
         .collect()
 }
 
-/// The decode fit: base + d·B + c·C, or base + c·C with one slot (`[base, 0, c]`).
-fn decode_fit(dec: &[Point], batches: usize) -> Result<(Vec<f64>, f64), ProbeError> {
-    let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
-    if batches >= 2 {
-        let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
-        fit("decode", &dx, &dy)
-    } else {
-        let x1: Vec<Vec<f64>> = dec.iter().map(|p| vec![p.x[1]]).collect();
-        let (b, r2) = fit("decode", &x1, &dy)?;
-        Ok((vec![b[0], 0.0, b[1]], r2))
+/// A fitted decode step: `base + d·B + multi·[B ≥ 2] + c·C + over·max(0, C − knee)` ms, C
+/// in tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct DecodeFit {
+    base: f64,
+    d: f64,
+    /// A step of two decoding sequences or more costs this much more (0: no such term).
+    multi: f64,
+    /// Per context token (not per thousand).
+    c: f64,
+    /// Per context token beyond the knee (0: linear).
+    over: f64,
+    knee: f64,
+    r2: f64,
+}
+
+impl DecodeFit {
+    fn at(&self, b: f64, ctx: f64) -> f64 {
+        self.base
+            + self.d * b
+            + if b >= 1.5 { self.multi } else { 0.0 }
+            + self.c * ctx
+            + self.over * (ctx - self.knee).max(0.0)
     }
 }
 
+/// The optional terms of one decode model: the multi-sequence step cost, and a knee.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Terms {
+    multi: bool,
+    knee: Option<f64>,
+}
+
+/// The decode fit's columns (the intercept aside): [B, [B ≥ 2],] C[, max(0, C − knee)].
+fn decode_cols(p: &Point, batches: usize, t: Terms) -> Vec<f64> {
+    let mut v = if batches >= 2 { vec![p.x[0]] } else { Vec::new() };
+    if t.multi {
+        v.push(if p.x[0] >= 1.5 { 1.0 } else { 0.0 });
+    }
+    v.push(p.x[1]);
+    if let Some(k) = t.knee {
+        v.push((p.x[1] - k).max(0.0));
+    }
+    v
+}
+
+/// The knees worth trying: each grid context and the midpoints between them, leaving at
+/// least three points at or below the knee and two above it (a slope beyond the knee from
+/// one point would fit that point's noise).
+fn knee_candidates(dec: &[Point]) -> Vec<f64> {
+    let mut cs: Vec<f64> = dec.iter().map(|p| p.x[1]).collect();
+    cs.sort_by(f64::total_cmp);
+    cs.dedup();
+    let mut out = Vec::new();
+    for (i, &c) in cs.iter().enumerate() {
+        out.push(c);
+        if let Some(&next) = cs.get(i + 1) {
+            out.push(f64::midpoint(c, next));
+        }
+    }
+    out.retain(|&k| {
+        dec.iter().filter(|p| p.x[1] <= k).count() >= 3
+            && dec.iter().filter(|p| p.x[1] > k).count() >= 2
+    });
+    out
+}
+
+/// One decode model fitted (relative residuals), and its Bayesian information criterion
+/// n·ln(RSS/n) + k·ln n (a knee's place counts as a parameter).
+fn decode_model(dec: &[Point], batches: usize, t: Terms) -> Result<(DecodeFit, f64), ProbeError> {
+    let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
+    let x: Vec<Vec<f64>> = dec.iter().map(|p| decode_cols(p, batches, t)).collect();
+    let (b, _) = fit("decode", &x, &dy)?;
+    let mut it = b.iter().copied();
+    let base = it.next().unwrap_or(0.0);
+    let d = if batches >= 2 { it.next().unwrap_or(0.0) } else { 0.0 };
+    let multi = if t.multi { it.next().unwrap_or(0.0) } else { 0.0 };
+    let c = it.next().unwrap_or(0.0);
+    let over = it.next().unwrap_or(0.0);
+    let f = DecodeFit { base, d, multi, c, over, knee: t.knee.unwrap_or(0.0), r2: 0.0 };
+    let n = dec.len() as f64;
+    let rss: f64 = dec.iter().map(|p| ((p.y - f.at(p.x[0], p.x[1])) / p.y.max(1e-9)).powi(2)).sum();
+    let k = b.len() as f64 + if t.knee.is_some() { 1.0 } else { 0.0 };
+    Ok((f, n * (rss / n).max(1e-12).ln() + k * n.ln()))
+}
+
+/// The decode fit: base + d·B + c·C (base + c·C with one slot), with either or both of two
+/// terms where they pay for their parameters (the lowest Bayesian information criterion of
+/// the relative residuals) and come out positive: a cost of every step that decodes two
+/// sequences or more (llama.cpp on a CPU decodes one sequence alone far cheaper than the
+/// slope through more predicts; needs three batch sizes), and a knee in the context cost (a
+/// server whose KV reads outgrow its fast memory, a CPU's last-level cache, decodes long
+/// contexts slower than a line through short ones).
+fn decode_fit(dec: &[Point], batches: usize) -> Result<DecodeFit, ProbeError> {
+    let mut sizes: Vec<u64> = dec.iter().map(|p| p.x[0].round() as u64).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let (mut best, mut bic) = decode_model(dec, batches, Terms { multi: false, knee: None })?;
+    let knees = knee_candidates(dec);
+    let multis: &[bool] = if sizes.len() >= 3 && batches >= 2 { &[false, true] } else { &[false] };
+    for &multi in multis {
+        for knee in std::iter::once(None).chain(knees.iter().copied().map(Some)) {
+            let t = Terms { multi, knee };
+            let Ok((f, b)) = decode_model(dec, batches, t) else { continue };
+            let fits = (!multi || f.multi > 0.0) && (knee.is_none() || f.over > 0.0) && f.c >= 0.0;
+            if fits && b < bic {
+                (best, bic) = (f, b);
+            }
+        }
+    }
+    let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
+    let pred: Vec<f64> = dec.iter().map(|p| best.at(p.x[0], p.x[1])).collect();
+    best.r2 = r_squared_of(&dy, &pred);
+    Ok(best)
+}
+
+/// R² of predictions against measurements.
+fn r_squared_of(y: &[f64], pred: &[f64]) -> f64 {
+    let rows: Vec<Vec<f64>> = pred.iter().map(|&p| vec![p]).collect();
+    r_squared(&rows, y, &[1.0])
+}
+
 /// The decode grid measured and fitted, again while its fit is too noisy (up to
-/// [`DECODE_ROUNDS`]); refused if it still is. Returns (points, fit, R², rounds).
+/// [`DECODE_ROUNDS`]); refused if it still is. Returns (points, fit, rounds).
 async fn decode_measured(
     ctx: &ProbeContext,
     o: &CalibrateOptions,
     batches: &[u32],
     t0: Instant,
-) -> Result<(Vec<Point>, Vec<f64>, f64, usize), ProbeError> {
+) -> Result<(Vec<Point>, DecodeFit, usize), ProbeError> {
     let mut rounds = Vec::new();
     loop {
         rounds.push(decode(ctx, o, batches, t0).await?);
         let dec = median_rounds(&rounds);
-        let (b, r2) = decode_fit(&dec, batches.len())?;
-        if r2 >= MIN_R2 || rounds.len() >= DECODE_ROUNDS {
+        let fit = decode_fit(&dec, batches.len())?;
+        if fit.r2 >= MIN_R2 || rounds.len() >= DECODE_ROUNDS {
             let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
             let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
-            refuse_noisy("decode", &dx, &dy, r2)?;
-            return Ok((dec, b, r2, rounds.len()));
+            refuse_noisy("decode", &dx, &dy, fit.r2)?;
+            return Ok((dec, fit, rounds.len()));
         }
     }
 }
@@ -411,22 +587,29 @@ pub async fn calibrate(
     let pre = prefill(ctx, o, t0).await?;
     let mut batches = vec![1, slots.div_ceil(2), slots];
     batches.dedup();
-    let (dec, db, dr2, decode_rounds) = decode_measured(ctx, o, &batches, t0).await?;
+    let (dec, df, decode_rounds) = decode_measured(ctx, o, &batches, t0).await?;
+    let dr2 = df.r2;
     let py: Vec<f64> = pre.iter().map(|p| p.y).collect();
     let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
     // base + d·B: a gap must cost something; tiny negative slopes (noise) are taken as 0
-    let (base, d, c) = (db[0].max(0.0), db[1].max(0.0), (db[2] * 1e3).max(0.0));
+    let (base, d, c) = (df.base.max(0.0), df.d.max(0.0), (df.c * 1e3).max(0.0));
+    let (knee, over, multi) = (df.knee.round() as u64, df.over * 1e3, df.multi);
     if base + d <= 0.0 {
         return Err(ProbeError::Invalid("decode steps came out free".into()));
     }
-    let (overhead, pb, pr2) = fit_prefill(&pre, base)?;
+    let (intercept, pb, pr2) = fit_prefill(&pre, base)?;
     let (cached, new, warm) = prefix(ctx, o, t0).await?;
+    // a lone request's TTFT holds the gather window: the fitted intercept is the arrival
+    // overhead and the window together (an intercept under the window, a few ms of TTFTs of
+    // seconds, is noise: the window is measured, the intercept fitted)
+    let (gather_ms, gather_pairs) = gather(ctx, t0).await?;
+    let overhead = (intercept - gather_ms).max(0.0);
     let cold = |n: u64| pb[1] * n as f64 + pb[2] * (n as f64).powi(2) / 2.0 / 1e6;
-    let cold_warm = overhead + base + cold(cached + new);
+    let cold_warm = intercept + base + cold(cached + new);
     let prefix_cache = cached > 0 && warm < 0.5 * cold_warm;
     let cached_ms = if prefix_cache {
         let new_pairs = new as f64 * (cached as f64 + new as f64 / 2.0);
-        ((warm - overhead - base - pb[1] * new as f64 - pb[2] * new_pairs / 1e6) / cached as f64)
+        ((warm - intercept - base - pb[1] * new as f64 - pb[2] * new_pairs / 1e6) / cached as f64)
             .max(0.0)
     } else {
         0.0
@@ -438,10 +621,13 @@ pub async fn calibrate(
         cached_token_ms: cached_ms,
         decode_seq_ms: d,
         context_kt_ms: c,
+        context_knee_tokens: knee,
+        context_over_kt_ms: over,
+        multi_seq_ms: multi,
     };
     let ppred: Vec<f64> = pre
         .iter()
-        .map(|p| overhead + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0))
+        .map(|p| intercept + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0))
         .collect();
     let extra = extra_tokens(&pre);
     let dpred: Vec<f64> =
@@ -463,6 +649,7 @@ pub async fn calibrate(
         template_cached_tokens: template_cached(&pre).min(extra),
         arrival_overhead_ms: overhead,
         emit_overhead_ms: 0.0,
+        gather_ms,
         fits: Fits {
             prefill: quality(&py, &ppred, pr2),
             decode: quality(&dy, &dpred, dr2),
@@ -481,12 +668,14 @@ pub async fn calibrate(
         f(0.0),
         f((cached + new) as f64),
         f(warm),
-        f(overhead + step.ms(new, new as f64 * (cached as f64 + new as f64 / 2.0), cached, 0, 0)),
+        f(intercept + step.ms(new, new as f64 * (cached as f64 + new as f64 / 2.0), cached, 0, 0)),
     ]);
     let summary = json!({
         "max_seqs": slots, "seqs_probe": o.seqs_probe,
-        "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c},
-        "arrival_overhead_ms": overhead, "prefix_cache": prefix_cache, "prompt_extra_tokens": extra,
+        "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c, "context_knee_tokens": knee, "context_over_kt_ms": over, "multi_seq_ms": multi},
+        "arrival_overhead_ms": overhead, "gather_ms": gather_ms,
+        "gather_pairs": gather_pairs.iter().map(|p| json!({"delay_ms": p.delay_ms, "apart_ms": p.apart_ms, "shared": p.shared})).collect::<Vec<_>>(),
+        "prefix_cache": prefix_cache, "prompt_extra_tokens": extra,
         "template_cached_tokens": template_cached(&pre).min(extra),
         "prefill_r2": pr2, "decode_r2": dr2, "decode_rounds": decode_rounds,
     });
@@ -583,14 +772,75 @@ mod tests {
     /// different slow point, is the clean grid, and its fit finds the model again.
     #[test]
     fn the_median_of_rounds_outvotes_one_slow_point() {
-        let (_, r2) = decode_fit(&grid(2, 25.0), 3).unwrap();
+        let r2 = decode_fit(&grid(2, 25.0), 3).unwrap().r2;
         assert!(r2 < MIN_R2, "one slow point: R² {r2}");
         let rounds = [grid(2, 25.0), grid(4, 30.0), grid(5, -20.0)];
         let dec = median_rounds(&rounds);
-        let (b, r2) = decode_fit(&dec, 3).unwrap();
-        assert!(r2 > 0.999, "R² {r2}");
-        assert!((b[0] - 10.0).abs() < 0.01 && (b[1] - 5.0).abs() < 0.01, "{b:?}");
-        assert!((b[2] - 0.01).abs() < 1e-5, "{b:?}");
+        let f = decode_fit(&dec, 3).unwrap();
+        assert!(f.r2 > 0.999, "{f:?}");
+        assert!((f.base - 10.0).abs() < 0.01 && (f.d - 5.0).abs() < 0.01, "{f:?}");
+        assert!((f.c - 0.01).abs() < 1e-5, "{f:?}");
+        assert_eq!(f.over, 0.0, "a straight grid has no knee: {f:?}");
         assert!(refuse_noisy("decode", &[vec![1.0]], &[1.0], 0.5).is_err());
+    }
+
+    /// The decode grid the real llama.cpp server gave `quetta-probe calibrate` on 2026-12-03
+    /// (SmolLM2-135M, 4 slots, one CPU thread): one stream decoded a step in 12.9 ms where
+    /// the line through all nine points says 15.3, and four short streams in 53.4 where it
+    /// says 61.3. The fit takes the multi-sequence term (about 10 ms), and every point is
+    /// then within 11 % (the line: 17 %).
+    #[test]
+    fn one_stream_alone_is_cheaper_than_the_line_through_more() {
+        let grid = [
+            (1.0, 109.0, 12.889),
+            (1.0, 404.0, 18.105),
+            (1.0, 1406.0, 23.738),
+            (2.0, 224.0, 33.829),
+            (2.0, 815.0, 38.917),
+            (2.0, 2839.0, 67.665),
+            (4.0, 448.0, 53.353),
+            (4.0, 1632.0, 66.698),
+            (4.0, 5687.0, 125.049),
+        ];
+        let dec: Vec<Point> = grid
+            .iter()
+            .map(|&(b, c, y)| Point { what: "decode", x: vec![b, c], y, extra: None, cached: 0 })
+            .collect();
+        let f = decode_fit(&dec, 3).unwrap();
+        assert!((7.0..14.0).contains(&f.multi), "{f:?}");
+        let worst = |f: &DecodeFit| {
+            dec.iter().map(|p| (f.at(p.x[0], p.x[1]) / p.y - 1.0).abs()).fold(0.0, f64::max)
+        };
+        assert!(worst(&f) < 0.11, "{f:?}: {}", worst(&f));
+        let (line, _) = decode_model(&dec, 3, Terms { multi: false, knee: None }).unwrap();
+        assert!(worst(&line) > 0.16, "{line:?}");
+    }
+
+    /// A 3×3 grid like llama.cpp's on a CPU (B 1, 2, 4; contexts of 70, 330 and 1,250
+    /// tokens a stream), its step 2 + 9·B + 0.003·C ms plus 0.02 ms a token beyond 1,200
+    /// tokens of context, each point ±2 % (alternating): the knee is found near 1,200 and the
+    /// longest point predicted within 3 %, where a line through the grid misses it.
+    #[test]
+    fn a_knee_in_the_context_cost_is_found() {
+        let mut dec = Vec::new();
+        for (i, (b, per)) in
+            [1.0, 2.0, 4.0].iter().flat_map(|&b| [70.0, 330.0, 1250.0].map(|c| (b, c))).enumerate()
+        {
+            let c: f64 = b * per;
+            let y = (2.0 + 9.0 * b + 0.003 * c + 0.02 * (c - 1200.0).max(0.0))
+                * if i % 2 == 0 { 1.02 } else { 0.98 };
+            dec.push(Point { what: "decode", x: vec![b, c], y, extra: None, cached: 0 });
+        }
+        let f = decode_fit(&dec, 3).unwrap();
+        assert!((900.0..=1330.0).contains(&f.knee), "{f:?}");
+        assert!((0.014..=0.026).contains(&f.over), "{f:?}");
+        let truth = 2.0 + 36.0 + 0.003 * 5000.0 + 0.02 * 3800.0;
+        assert!((f.at(4.0, 5000.0) / truth - 1.0).abs() < 0.03, "{f:?} against {truth}");
+        let t = Terms { multi: false, knee: None };
+        let x: Vec<Vec<f64>> = dec.iter().map(|p| decode_cols(p, 3, t)).collect();
+        let y: Vec<f64> = dec.iter().map(|p| p.y).collect();
+        let (line, _) = fit("decode", &x, &y).unwrap();
+        let by_line = line[0] + 4.0 * line[1] + 5000.0 * line[2];
+        assert!((by_line / truth - 1.0).abs() > 0.1, "the line: {by_line} against {truth}");
     }
 }

@@ -92,6 +92,10 @@ pub struct Engine {
     /// Per running sequence: (prompt tokens computed, emits a token) in the current step.
     plan: Vec<(u32, bool)>,
     step_end: Option<u64>,
+    /// When the engine last went idle (its last step's end; 0 before any step).
+    idle_since: u64,
+    /// The model's gather window (ns).
+    gather_ns: u64,
     stats: EngineStats,
 }
 
@@ -107,6 +111,8 @@ impl Engine {
             running: Vec::new(),
             plan: Vec::new(),
             step_end: None,
+            idle_since: 0,
+            gather_ns: (m.gather_ms * 1e6).round().max(0.0) as u64,
             stats: EngineStats::default(),
         }
     }
@@ -137,6 +143,18 @@ impl Engine {
         self.waiting.retain(|s| s.req.id != id);
         self.running.retain(|s| s.req.id != id);
         self.waiting.len() + self.running.len() < before
+    }
+
+    /// When to begin the next step, given the earliest request that has reached the
+    /// scheduler by now (`first_ns`): a request that finds the engine idle opens the model's
+    /// gather window, and those arriving within it share the first step; one that arrived
+    /// while a step ran joins the next at once.
+    pub fn step_start(&self, first_ns: u64) -> u64 {
+        if self.is_idle() && first_ns >= self.idle_since {
+            first_ns + self.gather_ns
+        } else {
+            first_ns
+        }
     }
 
     /// Nothing running and nothing waiting.
@@ -211,6 +229,9 @@ impl Engine {
         }
         self.running.retain(|s| s.generated < s.req.output_tokens);
         self.plan.clear();
+        if self.is_idle() {
+            self.idle_since = at_ns;
+        }
     }
 
     /// FCFS admission within the sequence limit and the free KV.
@@ -265,6 +286,9 @@ mod tests {
                 cached_token_ms: 0.0,
                 decode_seq_ms: 1.0,
                 context_kt_ms: 0.0,
+                context_knee_tokens: 0,
+                context_over_kt_ms: 0.0,
+                multi_seq_ms: 0.0,
             },
             max_seqs,
             kv_tokens: kv,
@@ -275,6 +299,7 @@ mod tests {
             template_cached_tokens: 0,
             arrival_overhead_ms: 0.0,
             emit_overhead_ms: 0.0,
+            gather_ms: 0.0,
             fits: Fits {
                 prefill: q.clone(),
                 decode: q,
@@ -288,6 +313,9 @@ mod tests {
         let mut pending: VecDeque<_> = reqs.iter().copied().collect();
         let (mut now, mut out) = (0u64, Vec::new());
         loop {
+            if let Some(r) = pending.front().filter(|r| r.at_ns <= now) {
+                now = now.max(e.step_start(r.at_ns));
+            }
             while pending.front().is_some_and(|r| r.at_ns <= now) {
                 e.submit(pending.pop_front().expect("front"));
             }
@@ -376,6 +404,38 @@ mod tests {
         r.cached_tokens = 900;
         let t = run(&mut e, &[r]);
         assert_eq!(t[0].at_ns / 1_000_000, 20, "10 + 0.1·100");
+    }
+
+    #[test]
+    fn requests_that_reach_an_idle_engine_together_share_its_first_step() {
+        let reqs = [req(1, 0, 100, 1), req(2, 3, 100, 1), req(3, 8, 100, 1)];
+        let at = |t: &[Token]| t.iter().map(|t| (t.id, t.at_ns / 1_000_000)).collect::<Vec<_>>();
+        // no window: 1 alone (10 + 10 ms), then 2 and 3 together (10 + 20 ms)
+        let t = run(&mut Engine::new(&model(4, 100_000)), &reqs);
+        assert_eq!(at(&t), vec![(1, 20), (2, 50), (3, 50)]);
+        // a 5 ms window: 1 and 2 start together at 5 ms (10 + 20 ms); 3 came during that
+        // step, which was busy, and starts the next at once at its end (10 + 10 ms)
+        let mut m = model(4, 100_000);
+        m.gather_ms = 5.0;
+        let mut e = Engine::new(&m);
+        let t = run(&mut e, &reqs);
+        assert_eq!(at(&t), vec![(1, 35), (2, 35), (3, 55)]);
+        // idle again: the next arrival opens a window of its own
+        assert_eq!(e.step_start(100_000_000), 105_000_000);
+    }
+
+    #[test]
+    fn context_beyond_the_knee_costs_more() {
+        let mut m = model(4, 100_000);
+        m.step.context_kt_ms = 1.0;
+        m.step.context_knee_tokens = 1_000;
+        m.step.context_over_kt_ms = 4.0;
+        let mut e = Engine::new(&m);
+        let t = run(&mut e, &[req(1, 0, 1500, 3)]);
+        let gaps: Vec<u64> = t.windows(2).map(|w| w[1].at_ns - w[0].at_ns).collect();
+        // B 1, C 1,501 then 1,502: 10 + 1 + 1.501 + 4·0.501 ms, then 0.005 ms more
+        assert_eq!(gaps, vec![14_505_000, 14_510_000], "{t:?}");
+        assert!((m.step.ms(0, 0.0, 0, 2, 900) - 12.9).abs() < 1e-9, "below the knee: linear");
     }
 
     #[test]

@@ -12,11 +12,14 @@ pub const SERVER_MODEL_VERSION: u32 = 1;
 
 /// How long one engine step takes, in milliseconds:
 /// `base_ms + prefill_token_ms·P + prefill_pair_mt_ms·Q/10⁶ + cached_token_ms·K +
-/// decode_seq_ms·B + context_kt_ms·C/1000`, where P is the prompt tokens computed in the
-/// step, Q the token pairs their attention covers (a chunk of n tokens after c already in
-/// cache: n·(c + n/2)), K the cached prompt tokens of sequences whose prefill starts in it,
-/// B the sequences decoding one token, and C the tokens in the KV cache of those B
-/// sequences (what their attention reads).
+/// decode_seq_ms·B + multi_seq_ms·[B ≥ 2] + context_kt_ms·C/1000 +
+/// context_over_kt_ms·max(0, C − context_knee_tokens)/1000`,
+/// where P is the prompt tokens computed in the step, Q the token pairs their attention
+/// covers (a chunk of n tokens after c already in cache: n·(c + n/2)), K the cached prompt
+/// tokens of sequences whose prefill starts in it, B the sequences decoding one token, and C
+/// the tokens in the KV cache of those B sequences (what their attention reads). The knee is
+/// where the KV the step reads outgrows the fast memory (a CPU's last-level cache): each
+/// context token beyond it costs `context_over_kt_ms` more per thousand.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepTime {
@@ -27,6 +30,26 @@ pub struct StepTime {
     pub cached_token_ms: f64,
     pub decode_seq_ms: f64,
     pub context_kt_ms: f64,
+    /// Decode context (tokens) beyond which each token costs `context_over_kt_ms` more per
+    /// thousand (0 with `context_over_kt_ms` 0: the context cost is linear).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub context_knee_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub context_over_kt_ms: f64,
+    /// A step that decodes two sequences or more costs this much more than the line through
+    /// `decode_seq_ms` says (llama.cpp on a CPU decodes one sequence alone cheaper).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub multi_seq_ms: f64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl StepTime {
@@ -38,6 +61,9 @@ impl StepTime {
             + self.cached_token_ms * cached as f64
             + self.decode_seq_ms * decode as f64
             + self.context_kt_ms * context as f64 / 1e3
+            + self.context_over_kt_ms * context.saturating_sub(self.context_knee_tokens) as f64
+                / 1e3
+            + if decode >= 2 { self.multi_seq_ms } else { 0.0 }
     }
 }
 
@@ -106,6 +132,11 @@ pub struct ServerModel {
     pub arrival_overhead_ms: f64,
     /// From a token's step ending to its chunk leaving the server, ms.
     pub emit_overhead_ms: f64,
+    /// An idle server starts its first step this long after the first request reaches its
+    /// scheduler, and requests that reach it meanwhile share that step (llama.cpp put two
+    /// prompts sent 20 ms apart into one step), ms.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub gather_ms: f64,
     pub fits: Fits,
 }
 
@@ -175,8 +206,11 @@ impl ServerModel {
             ("step.cached_token_ms", s.cached_token_ms),
             ("step.decode_seq_ms", s.decode_seq_ms),
             ("step.context_kt_ms", s.context_kt_ms),
+            ("step.context_over_kt_ms", s.context_over_kt_ms),
+            ("step.multi_seq_ms", s.multi_seq_ms),
             ("arrival_overhead_ms", self.arrival_overhead_ms),
             ("emit_overhead_ms", self.emit_overhead_ms),
+            ("gather_ms", self.gather_ms),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err((f, format!("{v} is not a time of 0 ms or more")));
@@ -229,6 +263,8 @@ impl ServerModel {
                 &mut s.cached_token_ms,
                 &mut s.decode_seq_ms,
                 &mut s.context_kt_ms,
+                &mut s.context_over_kt_ms,
+                &mut s.multi_seq_ms,
             ] {
                 *v /= x;
             }

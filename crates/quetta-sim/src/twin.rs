@@ -38,6 +38,16 @@ pub(crate) async fn drive(model: ServerModel, epoch: Instant, mut rx: UnboundedR
         while let Ok(s) = rx.try_recv() {
             pending.push(s);
         }
+        // a request that finds the engine idle opens its gather window: wait it out, and
+        // those that reach the scheduler meanwhile share the first step
+        let first = pending.iter().map(|s| s.req.at_ns).min().filter(|&a| a <= now);
+        if let Some(start) = first.map(|a| engine.step_start(a)).filter(|&s| s > now) {
+            deadline.until(at(start)).await;
+            now = start;
+            while let Ok(s) = rx.try_recv() {
+                pending.push(s);
+            }
+        }
         pending.sort_by_key(|s| std::cmp::Reverse(s.req.at_ns));
         while pending.last().is_some_and(|s| s.req.at_ns <= now) {
             let s = pending.pop().expect("last exists");

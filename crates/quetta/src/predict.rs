@@ -207,8 +207,8 @@ fn simulate(
     let mut now = 0u64;
     if let Pace::Closed { concurrency, .. } = &pace {
         // A client sends "at once" one request after another, not at one instant: the
-        // server's loop, idle, starts its first step on the first to arrive and the others
-        // join the next one, as with the live twin and llama.cpp.
+        // server's loop, idle, starts its first step on the first to arrive (after the
+        // model's gather window, which the others may reach), as with the live twin.
         for k in 0..*concurrency as u64 {
             s.ready.push(Reverse((k * SEND_SPACING_NS, 0)));
         }
@@ -216,6 +216,13 @@ fn simulate(
     let (mut out, mut ended) = (Vec::new(), Vec::new());
     loop {
         release(&mut s, &mut pace, now);
+        // a request that finds the engine idle opens its gather window: sends and arrivals
+        // within it share the first step
+        let first = s.arriving.peek().map(|Reverse((at, _))| *at).filter(|&a| a <= now);
+        if let Some(start) = first.map(|a| s.engine.step_start(a)).filter(|&t| t > now) {
+            now = start;
+            release(&mut s, &mut pace, now);
+        }
         s.admit_until(now);
         if let Some(end) = s.engine.begin_step(now) {
             out.clear();
