@@ -58,6 +58,19 @@ pub fn keep_off_llama_cpu() -> Option<usize> {
     }
 }
 
+/// Lower the calling thread's priority to `nice` (0 to 19; Linux keeps one per thread), as
+/// the simulator's `nice` setting does for its own threads: a test that compares the
+/// simulator's timing with what the machine allows measures the machine at the same
+/// priority. Best effort; elsewhere it does nothing.
+pub fn lower_thread_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        let _ = rustix::process::setpriority_process(None, nice.min(19));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
 #[cfg(test)]
 mod tests {
     use super::{llama_cpu_from, llama_url_from};
