@@ -183,6 +183,7 @@ fn known_model() -> quetta_sim::model::ServerModel {
             context_knee_tokens: 1_500,
             context_over_kt_ms: 2.0,
             multi_seq_ms: 1.5,
+            prefill_step_ms: 4.0,
         },
         max_seqs: 4,
         kv_tokens: 4 * 4096,
@@ -250,6 +251,9 @@ fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
     near(m.step.decode_seq_ms, 3.0, 0.45, "decode_seq_ms");
     near(m.step.base_ms, 6.0, 1.5, "base_ms");
     near(m.step.prefill_token_ms, 0.05, 0.0075, "prefill_token_ms");
+    // a step that prefills costs 4 ms more, beside a decode too: told apart from the
+    // millisecond of arrival overhead, which delays only its own request
+    near(m.step.prefill_step_ms, 4.0, 1.5, "prefill_step_ms");
     // what the twin adds: a millisecond of arrival overhead and up to a millisecond of
     // timer lateness, seen together by the client
     assert!(m.arrival_overhead_ms < 3.0, "{t}");

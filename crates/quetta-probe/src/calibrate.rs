@@ -15,6 +15,10 @@
 //! 5. **Gather**: pairs of short prompts sent 0–50 ms apart to the idle server; the longest
 //!    gap at which they shared its first step is `gather_ms`, taken out of the prefill
 //!    intercept (a lone request waits it out too).
+//! 6. **Mixed step**: one stream decodes while a prompt arrives; the stream's gap that ends
+//!    with the prompt's first token, beyond what the fits say of that step, is
+//!    `prefill_step_ms`, the fixed cost of a step that prefills, which the decoding streams
+//!    wait out too. It is taken out of the intercept; the rest is the arrival overhead.
 //!
 //! A fit that explains too little of its data (R² below [`MIN_R2`]), a negative cost, or a
 //! failed request refuses the model, saying why.
@@ -280,6 +284,72 @@ async fn gather(ctx: &ProbeContext, t0: Instant) -> Result<(f64, Vec<GatherPair>
         };
     }
     Ok((window, pairs))
+}
+
+/// Repeats of the mixed-step probe.
+pub const MIXED_REPEATS: u64 = 3;
+
+/// The fixed cost of a step that prefills, which every sequence in the step waits out
+/// (`prefill_step_ms`), apart from the arrival overhead, which delays only its own request:
+/// a lone prompt's TTFT holds both. One stream decodes while a prompt of `n` words arrives;
+/// the stream's gap that ends with the prompt's first token is the step that prefilled it
+/// beside one decode, and what it took beyond `step` (with no such cost) is the cost.
+/// [`MIXED_REPEATS`] times; the median of the steps found (a step is found when the
+/// prompt's first token came within a quarter of that gap of the stream's token). Returns
+/// (median extra ms, the extras measured).
+async fn mixed(
+    ctx: &ProbeContext,
+    o: &CalibrateOptions,
+    step: &StepTime,
+    lone_ttft: impl Fn(u64) -> f64,
+    t0: Instant,
+) -> Result<(f64, Vec<f64>), ProbeError> {
+    let n = 128.min(o.max_batch_tokens / 2).min(o.max_context / 4).max(8);
+    let (stream_words, delay_ms) = (32u32, 300.0);
+    // the stream lasts past the prompt's first token: its wait, its prefill (twice the lone
+    // estimate), and as long again
+    let one = step.ms(0, 0.0, 0, 1, u64::from(stream_words) * 2).max(0.1);
+    let need = ((lone_ttft(u64::from(stream_words)) + delay_ms + 2.0 * lone_ttft(u64::from(n)))
+        * 1.5
+        / one)
+        .ceil() as u32;
+    let max_tokens = need.clamp(16, o.max_context.saturating_sub(stream_words * 2).max(16));
+    let mut extras = Vec::new();
+    let mut id = 6_000u64;
+    for rep in 0..MIXED_REPEATS {
+        let a =
+            ctx.send(id, words(stream_words, mix(ctx.seed ^ id ^ 0x313D ^ rep)), max_tokens, t0);
+        let b = async {
+            // after the stream's own prefill, while it decodes
+            let wait = lone_ttft(u64::from(stream_words)) + delay_ms;
+            tokio::time::sleep(std::time::Duration::from_secs_f64(wait / 1e3)).await;
+            ctx.send(id + 1, words(n, mix(ctx.seed ^ (id + 1) ^ 0x313E ^ rep)), 2, t0).await
+        };
+        let (a, b) = tokio::join!(a, b);
+        id += 2;
+        let (a, b) = (a?, b?);
+        let times = crate::probes::token_times(&a);
+        let Some(fb) = b.first_token.map(|d| d.as_secs_f64() * 1e3) else { continue };
+        let Some(k) = (1..times.len())
+            .min_by(|&i, &j| (times[i] - fb).abs().total_cmp(&(times[j] - fb).abs()))
+        else {
+            continue;
+        };
+        let gap = times[k] - times[k - 1];
+        if (times[k] - fb).abs() > gap / 4.0 {
+            continue; // the prompt was not prefilled beside the stream (it ended first?)
+        }
+        let prompt = b.usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(n));
+        let cached =
+            b.usage.and_then(|u| u.cached_tokens).unwrap_or(0).min(prompt.saturating_sub(1));
+        let new = prompt - cached;
+        let pairs = new as f64 * (cached as f64 + new as f64 / 2.0);
+        let context =
+            a.usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(stream_words)) + k as u64;
+        extras.push(gap - step.ms(new, pairs, cached, 1, context));
+    }
+    let mut v = extras.clone();
+    Ok((median(&mut v).unwrap_or(0.0), extras))
 }
 
 /// A fit with an intercept that minimises the *relative* residuals (each point weighted by
@@ -603,7 +673,35 @@ pub async fn calibrate(
     // overhead and the window together (an intercept under the window, a few ms of TTFTs of
     // seconds, is noise: the window is measured, the intercept fitted)
     let (gather_ms, gather_pairs) = gather(ctx, t0).await?;
-    let overhead = (intercept - gather_ms).max(0.0);
+    let mut step = StepTime {
+        base_ms: base,
+        prefill_token_ms: pb[1],
+        prefill_pair_mt_ms: pb[2],
+        cached_token_ms: 0.0,
+        decode_seq_ms: d,
+        context_kt_ms: c,
+        context_knee_tokens: knee,
+        context_over_kt_ms: over,
+        multi_seq_ms: multi,
+        prefill_step_ms: 0.0,
+    };
+    let lone = |n: u64| intercept + step.ms(n, n as f64 * n as f64 / 2.0, 0, 0, 0);
+    let (mixed_extra, mixed_extras) = mixed(ctx, o, &step, lone, t0).await?;
+    // the intercept holds the gather window, the arrival overhead and the prefill step's
+    // fixed cost: the step is measured (up to the whole intercept: a lone prompt's TTFT
+    // stays what the prefill fit says), the window too (its grid is coarse: a few ms), and
+    // the overhead is what is left
+    // the intercept's own size against their spread: a server whose mixed steps scatter
+    // wider than that cannot say which part blocks (llama.cpp on one CPU thread: -392 to
+    // +590 ms in one calibration), and then all of it is taken as arrival overhead
+    let spread = mixed_extras.iter().copied().fold(f64::MIN, f64::max)
+        - mixed_extras.iter().copied().fold(f64::MAX, f64::min);
+    let prefill_step = if mixed_extras.is_empty() || spread > intercept.max(0.0) {
+        0.0
+    } else {
+        mixed_extra.clamp(0.0, intercept.max(0.0))
+    };
+    let overhead = (intercept - gather_ms - prefill_step).max(0.0);
     let cold = |n: u64| pb[1] * n as f64 + pb[2] * (n as f64).powi(2) / 2.0 / 1e6;
     let cold_warm = intercept + base + cold(cached + new);
     let prefix_cache = cached > 0 && warm < 0.5 * cold_warm;
@@ -614,21 +712,12 @@ pub async fn calibrate(
     } else {
         0.0
     };
-    let step = StepTime {
-        base_ms: base,
-        prefill_token_ms: pb[1],
-        prefill_pair_mt_ms: pb[2],
-        cached_token_ms: cached_ms,
-        decode_seq_ms: d,
-        context_kt_ms: c,
-        context_knee_tokens: knee,
-        context_over_kt_ms: over,
-        multi_seq_ms: multi,
-    };
-    let ppred: Vec<f64> = pre
-        .iter()
-        .map(|p| intercept + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0))
-        .collect();
+    step.cached_token_ms = cached_ms;
+    step.prefill_step_ms = prefill_step;
+    // a lone prompt: its arrival overhead and the gather window, then its step
+    let before = overhead + gather_ms;
+    let ppred: Vec<f64> =
+        pre.iter().map(|p| before + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0)).collect();
     let extra = extra_tokens(&pre);
     let dpred: Vec<f64> =
         dec.iter().map(|p| step.ms(0, 0.0, 0, p.x[0] as u64, p.x[1] as u64)).collect();
@@ -668,12 +757,12 @@ pub async fn calibrate(
         f(0.0),
         f((cached + new) as f64),
         f(warm),
-        f(intercept + step.ms(new, new as f64 * (cached as f64 + new as f64 / 2.0), cached, 0, 0)),
+        f(before + step.ms(new, new as f64 * (cached as f64 + new as f64 / 2.0), cached, 0, 0)),
     ]);
     let summary = json!({
         "max_seqs": slots, "seqs_probe": o.seqs_probe,
-        "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c, "context_knee_tokens": knee, "context_over_kt_ms": over, "multi_seq_ms": multi},
-        "arrival_overhead_ms": overhead, "gather_ms": gather_ms,
+        "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c, "context_knee_tokens": knee, "context_over_kt_ms": over, "multi_seq_ms": multi, "prefill_step_ms": prefill_step},
+        "arrival_overhead_ms": overhead, "gather_ms": gather_ms, "mixed_step_extra_ms": mixed_extras,
         "gather_pairs": gather_pairs.iter().map(|p| json!({"delay_ms": p.delay_ms, "apart_ms": p.apart_ms, "shared": p.shared})).collect::<Vec<_>>(),
         "prefix_cache": prefix_cache, "prompt_extra_tokens": extra,
         "template_cached_tokens": template_cached(&pre).min(extra),

@@ -289,6 +289,7 @@ mod tests {
                 context_knee_tokens: 0,
                 context_over_kt_ms: 0.0,
                 multi_seq_ms: 0.0,
+                prefill_step_ms: 0.0,
             },
             max_seqs,
             kv_tokens: kv,

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const SERVER_MODEL_VERSION: u32 = 1;
 
 /// How long one engine step takes, in milliseconds:
-/// `base_ms + prefill_token_ms·P + prefill_pair_mt_ms·Q/10⁶ + cached_token_ms·K +
-/// decode_seq_ms·B + multi_seq_ms·[B ≥ 2] + context_kt_ms·C/1000 +
+/// `base_ms + prefill_step_ms·[P > 0] + prefill_token_ms·P + prefill_pair_mt_ms·Q/10⁶ +
+/// cached_token_ms·K + decode_seq_ms·B + multi_seq_ms·[B ≥ 2] + context_kt_ms·C/1000 +
 /// context_over_kt_ms·max(0, C − context_knee_tokens)/1000`,
 /// where P is the prompt tokens computed in the step, Q the token pairs their attention
 /// covers (a chunk of n tokens after c already in cache: n·(c + n/2)), K the cached prompt
@@ -40,6 +40,10 @@ pub struct StepTime {
     /// `decode_seq_ms` says (llama.cpp on a CPU decodes one sequence alone cheaper).
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub multi_seq_ms: f64,
+    /// A step that computes prompt tokens costs this much more (a prefill batch's fixed
+    /// cost, which the sequences decoding beside it wait out too).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub prefill_step_ms: f64,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
@@ -64,6 +68,7 @@ impl StepTime {
             + self.context_over_kt_ms * context.saturating_sub(self.context_knee_tokens) as f64
                 / 1e3
             + if decode >= 2 { self.multi_seq_ms } else { 0.0 }
+            + if prefill > 0 { self.prefill_step_ms } else { 0.0 }
     }
 }
 
@@ -208,6 +213,7 @@ impl ServerModel {
             ("step.context_kt_ms", s.context_kt_ms),
             ("step.context_over_kt_ms", s.context_over_kt_ms),
             ("step.multi_seq_ms", s.multi_seq_ms),
+            ("step.prefill_step_ms", s.prefill_step_ms),
             ("arrival_overhead_ms", self.arrival_overhead_ms),
             ("emit_overhead_ms", self.emit_overhead_ms),
             ("gather_ms", self.gather_ms),
@@ -265,6 +271,7 @@ impl ServerModel {
                 &mut s.context_kt_ms,
                 &mut s.context_over_kt_ms,
                 &mut s.multi_seq_ms,
+                &mut s.prefill_step_ms,
             ] {
                 *v /= x;
             }
