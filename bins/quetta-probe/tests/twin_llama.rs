@@ -75,36 +75,40 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
             format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         (o.status.success(), t)
     };
-    let (mut ok, mut text) = calibrate();
-    for _ in 0..2 {
-        if ok {
-            break;
-        }
-        eprintln!("calibration refused, once more:\n{text}");
-        assert!(text.contains("no model written"), "{text}");
-        (ok, text) = calibrate();
-    }
-    assert!(ok, "{text}");
-    eprintln!("{text}");
-    let twin = Twin::load(&model_path, WhatIf::default(), Some(&tokenizer())).unwrap();
-    let model = twin.model.clone();
-    assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
-    assert!(
-        (20..=40).contains(&model.prompt_extra_tokens),
-        "SmolLM2's chat template adds 30 tokens: {}\n{text}",
-        model.prompt_extra_tokens
-    );
-    // of which the default system prompt (24 tokens) comes from a slot's previous request
-    assert!(
-        (16..=model.prompt_extra_tokens).contains(&model.template_cached_tokens),
-        "llama.cpp reuses its template's system prompt: {} cached\n{text}",
-        model.template_cached_tokens
-    );
-    let twin = twin.target();
-    // A miss is measured once more on fresh prompts before it fails the test: this
-    // server's own speed moves by about a tenth between runs minutes apart (below).
+    // A miss is measured once more, calibrated again and on fresh prompts, before it fails
+    // the test: this server's own speed moves by a tenth to a third between runs minutes
+    // apart (one decode step of one stream took 12 to 17 ms in one afternoon's runs), and a
+    // twin is as good as its calibration is recent.
     let mut failures = Vec::new();
+    let mut text = String::new();
     for attempt in 0..2 {
+        let (mut ok, mut t) = calibrate();
+        for _ in 0..2 {
+            if ok {
+                break;
+            }
+            eprintln!("calibration refused, once more:\n{t}");
+            assert!(t.contains("no model written"), "{t}");
+            (ok, t) = calibrate();
+        }
+        assert!(ok, "{t}");
+        eprintln!("{t}");
+        text = t;
+        let twin = Twin::load(&model_path, WhatIf::default(), Some(&tokenizer())).unwrap();
+        let model = twin.model.clone();
+        assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
+        assert!(
+            (20..=40).contains(&model.prompt_extra_tokens),
+            "SmolLM2's chat template adds 30 tokens: {}\n{text}",
+            model.prompt_extra_tokens
+        );
+        // of which the default system prompt (24 tokens) comes from a slot's previous request
+        assert!(
+            (16..=model.prompt_extra_tokens).contains(&model.template_cached_tokens),
+            "llama.cpp reuses its template's system prompt: {} cached\n{text}",
+            model.template_cached_tokens
+        );
+        let twin = twin.target();
         let salt = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
@@ -113,7 +117,10 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
         if failures.is_empty() {
             break;
         }
-        eprintln!("attempt {} missed, on fresh prompts once more: {failures:#?}", attempt + 1);
+        eprintln!(
+            "attempt {} missed, calibrated again and on fresh prompts once more: {failures:#?}",
+            attempt + 1
+        );
     }
     assert!(failures.is_empty(), "{failures:#?}\n{text}");
     let _ = std::fs::remove_dir_all(&d);
