@@ -1,9 +1,10 @@
 //! The twin against the REAL llama.cpp server (`QUETTA_LLAMA_URL`, started by `.ci/run`; 4
 //! slots, SmolLM2-135M on one CPU thread): calibrated by `quetta-probe calibrate`, then the
-//! same workloads, none of which the calibration ran, against the server, the live twin and
-//! the predicted twin. The short form of docs/SIMULATOR.md's table: closed loops at 1 and 4
-//! (`scripts/twin-compare.py` runs the whole table), with the bounds of [`SERVER_BOUND`]
-//! and [`SERVER_P90_BOUND`] against the server and [`TWIN_BOUND`] between live and predicted.
+//! same workloads, none of which the calibration ran, against the server, the predicted twin
+//! and (at closed 1) the live twin. The short form of docs/SIMULATOR.md's table: closed
+//! loops at 1 and 4 (`scripts/twin-compare.py` runs the whole table), with the bounds of
+//! [`SERVER_BOUND`] and [`SERVER_P90_BOUND`] against the server and [`TWIN_BOUND`] between
+//! live and predicted.
 
 use quetta::sim::model::WhatIf;
 use quetta::{Benchmark, Load, Target, Twin, WorkloadSpec};
@@ -146,8 +147,12 @@ fn compare(
         let seed = salt + k as u64;
         let real = bench(Target::openai(url), load.clone(), n, seed).run_blocking().unwrap();
         let real = figures(&real.summary);
-        let live =
-            figures(&bench(twin.clone(), load.clone(), n, seed).run_blocking().unwrap().summary);
+        // The live twin runs in real time: at closed 1 only (a closed-4 live run is 40 s of
+        // CI a try; crates/quetta/tests/twin.rs holds live and predicted within 5 % of each
+        // other at closed 6), the prediction at both.
+        let live = (k == 0).then(|| {
+            figures(&bench(twin.clone(), load.clone(), n, seed).run_blocking().unwrap().summary)
+        });
         let pred = bench(twin.clone(), load, n, seed).predict_blocking(model).unwrap();
         let pred = figures(&pred.summary);
         for (k, what) in NAMES.iter().enumerate() {
@@ -158,7 +163,8 @@ fn compare(
             // round refused as too noisy) and within 4 % at closed 1 in the other; the
             // worst TTFT p90 was 28 % under.
             let bound = if k == 1 { SERVER_P90_BOUND } else { SERVER_BOUND };
-            for (side, v) in [("live", live.0[k]), ("predicted", pred.0[k])] {
+            let sides = live.iter().map(|l| ("live", l.0[k])).chain([("predicted", pred.0[k])]);
+            for (side, v) in sides {
                 let err = v / real.0[k] - 1.0;
                 eprintln!(
                     "{name}: {what}: server {:.1}, {side} twin {v:.1} ({:+.1} %)",
@@ -177,6 +183,7 @@ fn compare(
             // The twin against itself does not drift: live and predicted agree (24 requests
             // of short prefills; with 12 of second-long ones, one CI run's TTFT p50 differed
             // by 35 % on whether two prefills shared a step).
+            let Some(live) = &live else { continue };
             let err = pred.0[k] / live.0[k] - 1.0;
             if k != 1 && (err.is_nan() || err.abs() > TWIN_BOUND) {
                 failures.push(format!(
