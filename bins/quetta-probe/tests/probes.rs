@@ -219,7 +219,7 @@ fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
         "--prefill-lengths",
         "64,512,1024,2048",
         "--decode-contexts",
-        "32,512",
+        "32,256,512",
         "--seqs-probe",
         "8",
         "--max-batch-tokens",
