@@ -299,12 +299,7 @@ async fn calibrated(
         "gather window: {:.1} ms (prompts reaching the idle server that close together shared its first step); arrival overhead {:.1} ms",
         cal.model.gather_ms, cal.model.arrival_overhead_ms
     );
-    let extras: Vec<String> = cal.output.summary["mixed_step_extra_ms"]
-        .as_array()
-        .map(|a| {
-            a.iter().filter_map(serde_json::Value::as_f64).map(|v| format!("{v:+.0}")).collect()
-        })
-        .unwrap_or_default();
+    let extras: Vec<String> = cal.mixed_step_extra_ms.iter().map(|v| format!("{v:+.0}")).collect();
     println!(
         "prefill step: a step that prefills costs {:.1} ms more than the fits say, beside a decoding stream too (measured {} ms; 0 when they scatter wider than the prefill intercept, whose rest is the arrival overhead)",
         s.prefill_step_ms,

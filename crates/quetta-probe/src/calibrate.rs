@@ -78,6 +78,8 @@ pub struct Calibration {
     /// How many times the decode grid was measured (more than once when a round's fit was
     /// too noisy; its points are then the medians).
     pub decode_rounds: usize,
+    /// The mixed-step probe's measurements: each prefill step's cost beyond the fits, ms.
+    pub mixed_step_extra_ms: Vec<f64>,
 }
 
 fn quality(measured: &[f64], predicted: &[f64], r2: f64) -> FitQuality {
@@ -783,7 +785,7 @@ pub async fn calibrate(
         }),
         summary,
     };
-    Ok(Calibration { model, output, decode_rounds })
+    Ok(Calibration { model, output, decode_rounds, mixed_step_extra_ms: mixed_extras })
 }
 
 /// The context one sequence may hold, as the server reports it: llama.cpp's `/props`
