@@ -2,8 +2,8 @@
 //! 10 requests/s (36,000 requests of 128–384 prompt and 64–192 output tokens) against the
 //! twin of the llama.cpp server calibrated on this machine (`fixtures/twin/`), made 100
 //! times faster with 64 slots so that it keeps up. Prompts are synthetic without a
-//! tokenizer: building 36,000 exact prompts with one (`--tokenizer`) takes most of 20 s,
-//! a cost of the workload crate that a real run pays as well.
+//! tokenizer: building 36,000 exact prompts with one (`--tokenizer`) takes 17 s on this
+//! 2-core machine, a cost of the workload crate that a real run pays as well.
 
 use anyhow::Result;
 use std::path::Path;

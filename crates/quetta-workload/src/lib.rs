@@ -52,6 +52,7 @@
 pub mod arrival;
 pub mod dataset;
 pub mod distribution;
+pub mod prefetch;
 pub mod profiles;
 pub mod session;
 pub mod spec;

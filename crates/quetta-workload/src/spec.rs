@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use crate::dataset::{load_jsonl, load_sharegpt, load_text, DatasetWorkload, Filters};
 use crate::distribution::{DistWorkload, Distribution};
+use crate::prefetch::Prefetched;
 use crate::profiles::{self, UserProfile};
 use crate::session::{
     load_sharegpt as load_sessions_sharegpt, load_turns_jsonl, LoadOptions, Session, SessionList,
@@ -587,9 +588,19 @@ impl WorkloadSpec {
                         if self.chat {
                             notes.push("stress mode on the chat endpoint: the server's chat template puts the same tokens before every prompt, which it may serve from cache (about 25 tokens per request on llama.cpp with SmolLM2); --endpoint completions leaves nothing shared".into());
                         }
-                        Box::new(StressWorkload::new(spec, t, self.token_ids))
+                        let exact = t.is_some() && !self.token_ids;
+                        let w = StressWorkload::new(spec, t, self.token_ids);
+                        if exact {
+                            Box::new(Prefetched::new(w, 0))
+                        } else {
+                            Box::new(w)
+                        }
                     }
-                    (Some(t), false) => Box::new(ExactSynthetic::new(spec, t, self.token_ids)),
+                    // Exact text prompts are encoded to be checked: built on every core.
+                    (Some(t), false) if !self.token_ids => {
+                        Box::new(Prefetched::new(ExactSynthetic::new(spec, t, false), 0))
+                    }
+                    (Some(t), false) => Box::new(ExactSynthetic::new(spec, t, true)),
                     (None, false) => Box::new(spec),
                 }
             }
