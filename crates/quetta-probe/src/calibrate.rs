@@ -503,9 +503,9 @@ fn decode_model(dec: &[Point], batches: usize, t: Terms) -> Result<(DecodeFit, f
 /// terms where they pay for their parameters (the lowest Bayesian information criterion of
 /// the relative residuals) and come out positive: a cost of every step that decodes two
 /// sequences or more (llama.cpp on a CPU decodes one sequence alone far cheaper than the
-/// slope through more predicts; needs three batch sizes and nine points), and a knee in the context cost (a
-/// server whose KV reads outgrow its fast memory, a CPU's last-level cache, decodes long
-/// contexts slower than a line through short ones).
+/// slope through more predicts; needs three batch sizes and nine points), and a knee in
+/// the context cost (a server whose KV reads outgrow its fast memory, a CPU's last-level
+/// cache, decodes long contexts slower than a line through short ones).
 fn decode_fit(dec: &[Point], batches: usize) -> Result<DecodeFit, ProbeError> {
     let mut sizes: Vec<u64> = dec.iter().map(|p| p.x[0].round() as u64).collect();
     sizes.sort_unstable();

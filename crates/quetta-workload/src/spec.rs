@@ -33,6 +33,16 @@ use crate::trace::{
 };
 use crate::{Workload, WorkloadError};
 
+/// `w` boxed, built on every core ahead of use when its prompts are exact text (each is
+/// encoded to be checked: the costly part of a run's preparation).
+fn built_ahead<W: Workload + Clone + 'static>(w: W, exact_text: bool) -> Box<dyn Workload> {
+    if exact_text {
+        Box::new(Prefetched::new(w, 0))
+    } else {
+        Box::new(w)
+    }
+}
+
 /// The file formats of a dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -589,18 +599,11 @@ impl WorkloadSpec {
                             notes.push("stress mode on the chat endpoint: the server's chat template puts the same tokens before every prompt, which it may serve from cache (about 25 tokens per request on llama.cpp with SmolLM2); --endpoint completions leaves nothing shared".into());
                         }
                         let exact = t.is_some() && !self.token_ids;
-                        let w = StressWorkload::new(spec, t, self.token_ids);
-                        if exact {
-                            Box::new(Prefetched::new(w, 0))
-                        } else {
-                            Box::new(w)
-                        }
+                        built_ahead(StressWorkload::new(spec, t, self.token_ids), exact)
                     }
-                    // Exact text prompts are encoded to be checked: built on every core.
-                    (Some(t), false) if !self.token_ids => {
-                        Box::new(Prefetched::new(ExactSynthetic::new(spec, t, false), 0))
+                    (Some(t), false) => {
+                        built_ahead(ExactSynthetic::new(spec, t, self.token_ids), !self.token_ids)
                     }
-                    (Some(t), false) => Box::new(ExactSynthetic::new(spec, t, true)),
                     (None, false) => Box::new(spec),
                 }
             }
