@@ -170,9 +170,11 @@ fn compare(
     let live = run(bench(twin.clone(), Load::closed(1), 6, salt));
     let real4 = run(closed4(salt + 1));
     let after = run(closed1(salt + 2));
+    // the twin at the calibration's speed on the references' requests
+    let (twin_before, twin_after) =
+        (predict(closed1(salt), model), predict(closed1(salt + 2), model));
     let e2e = |s: &quetta::Summary| s.metrics.e2e_ms.mean.unwrap_or(f64::NAN);
-    let ratio = |real: &quetta::Summary, seed| e2e(real) / e2e(&predict(closed1(seed), model));
-    let (s_before, s_after) = (ratio(&before, salt), ratio(&after, salt + 2));
+    let (s_before, s_after) = (e2e(&before) / e2e(&twin_before), e2e(&after) / e2e(&twin_after));
     let speed = (s_before * s_after).sqrt();
     let drift = (s_after / s_before - 1.0).abs();
     eprintln!(
@@ -224,7 +226,7 @@ fn compare(
     // The twin against itself does not drift: live and predicted (both at the calibration's
     // speed) agree (24 requests of short prefills; with 12 of second-long ones, one CI
     // run's TTFT p50 differed by 35 % on whether two prefills shared a step).
-    let (live, pred) = (figures(&live), figures(&predict(closed1(salt), model)));
+    let (live, pred) = (figures(&live), figures(&twin_before));
     for (k, what) in NAMES.iter().enumerate() {
         let err = pred.0[k] / live.0[k] - 1.0;
         eprintln!("closed 1: {what}: live twin {:.1}, predicted {:.1}", live.0[k], pred.0[k]);
