@@ -262,6 +262,10 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         eprintln!("error: {lost}");
         return Ok(ExitCode::from(1));
     }
+    if let Some(e) = &r.summary.workload_error {
+        eprintln!("error: the workload ended before the planned requests: {e}");
+        return Ok(exit(ExitCode::from(1)));
+    }
     Ok(exit(verdict(&r.summary.metrics, a.min_success_rate)))
 }
 

@@ -111,6 +111,52 @@ fn a_run_in_which_every_request_failed_exits_1_and_says_why() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// A real tokenizer that knows none of the bundled corpus's words: every prompt it is asked
+/// to spell to an exact token count decodes to nothing.
+const KNOWS_NO_WORD: &str = r#"{"version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [{"id": 0, "content": "[UNK]", "single_word": false, "lstrip": false,
+    "rstrip": false, "normalized": false, "special": true}],
+  "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+  "decoder": null,
+  "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "quetta": 1}, "unk_token": "[UNK]"}}"#;
+
+#[test]
+fn a_workload_that_cannot_build_its_prompts_fails_and_says_why() {
+    // the run ended at once with 0 requests, exit 0 and no word of why
+    let d = tmpdir("unbuildable");
+    std::fs::create_dir_all(&d).unwrap();
+    let tok = d.join("tokenizer.json");
+    std::fs::write(&tok, KNOWS_NO_WORD).unwrap();
+    let args = ["run", "--tokenizer", tok.to_str().unwrap(), "--num-requests", "4", "-q"];
+    let why = "request 0: invalid prompt length: could not build a prompt of exactly";
+    let model =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/twin/llama-smollm2-4slots.json");
+    for (name, extra) in [("live", vec![]), ("predicted", vec!["--sim-model", model, "--predict"])]
+    {
+        let out = d.join(name);
+        let o = run(&[&args[..], &extra, &["--output-dir", out.to_str().unwrap()]].concat());
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {t}");
+        assert!(
+            t.contains("error: the workload ended before the planned requests") && t.contains(why),
+            "{name}: {t}"
+        );
+        let s = json(&out.join("summary.json"));
+        valid(SUMMARY_SCHEMA, &s);
+        assert!(s["workload_error"].as_str().unwrap().contains(why), "{name}: {s}");
+        assert_eq!(s["partial"], true, "{name}");
+        assert_eq!(s["dispatched"], 0, "{name}");
+        let notes = s["notes"].to_string();
+        assert!(
+            notes.contains("FAILED: the workload ended after 0 of 4 requests"),
+            "{name}: {notes}"
+        );
+    }
+    // the schedule it would print is refused too
+    let o = run(&[&args[..], &["--dry-run"]].concat());
+    assert!(!o.status.success() && text(&o).contains(why), "{}", text(&o));
+}
+
 fn spawn(args: &[&str]) -> std::process::Child {
     bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use quetta_engine::{Engine, EngineRequest};
 use quetta_metrics::{Aggregate, ClientStats, Observation};
 use quetta_workload::session::SessionSource;
-use quetta_workload::{PlannedRequest, Workload};
+use quetta_workload::{PlannedRequest, Workload, WorkloadError};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::AbortHandle;
 
@@ -158,6 +158,8 @@ pub struct RunOutcome {
     pub warmup_failed: u64,
     /// The run was stopped early (Ctrl-C) or ran out of workload.
     pub interrupted: bool,
+    /// The error the workload ended on (a request it could not build), if it did.
+    pub workload_error: Option<WorkloadError>,
     pub sink_error: Option<String>,
     /// Wall-clock time the measured phase started.
     pub started_at: SystemTime,
@@ -274,6 +276,8 @@ pub(crate) struct Shared {
     /// Tasks that may still be running, aborted when the drain timeout expires.
     tasks: Mutex<Vec<AbortHandle>>,
     exhausted: AtomicBool,
+    /// Why the workload ended, when it ended on an error.
+    workload_error: Mutex<Option<WorkloadError>>,
     /// Nanoseconds of slots occupied (closed loop) or requests in flight (open loop) in the
     /// measured phase: the runner's own count for Little's law.
     busy_ns: AtomicU64,
@@ -301,6 +305,7 @@ impl Shared {
             idle: Notify::new(),
             tasks: Mutex::new(Vec::new()),
             exhausted: AtomicBool::new(false),
+            workload_error: Mutex::new(None),
             busy_ns: AtomicU64::new(0),
         })
     }
@@ -311,13 +316,15 @@ impl Shared {
     }
 
     fn next_request(&self, index: u64) -> Option<PlannedRequest> {
-        let p = self
-            .workload
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_mut()
-            .and_then(|w| w.request(index));
+        let mut w = self.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let p = w.as_mut().and_then(|w| w.request(index));
         if p.is_none() {
+            if let Some(e) = w.as_ref().and_then(Workload::error) {
+                self.workload_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get_or_insert(e);
+            }
             self.exhausted.store(true, Ordering::SeqCst);
         }
         p
@@ -623,6 +630,11 @@ impl Measured {
             warmup_completed: self.warm.0,
             warmup_failed: self.warm.1,
             interrupted: sh.control.stopped() || sh.exhausted.load(Ordering::SeqCst),
+            workload_error: sh
+                .workload_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
             sink_error: r.sink_error,
             started_at: self.started_at,
             cancelled_in_drain,

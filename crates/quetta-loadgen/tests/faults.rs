@@ -192,6 +192,77 @@ fn retries_are_off_by_default_and_counted_apart_when_on() {
     assert!(recs.iter().all(|r| r.error_kind.as_deref() == Some("protocol") && r.attempts == 1));
 }
 
+/// A synthetic workload that ends at request `at`: on an error (that request cannot be
+/// built) when `breaks`, else because it has no more.
+struct EndsAt {
+    spec: SyntheticSpec,
+    at: u64,
+    breaks: bool,
+    failed: Option<u64>,
+}
+
+impl quetta_workload::Workload for EndsAt {
+    fn request(&mut self, index: u64) -> Option<quetta_workload::PlannedRequest> {
+        if index >= self.at {
+            self.failed = Some(index);
+            return None;
+        }
+        Some(self.spec.planned(index))
+    }
+
+    fn error(&self) -> Option<quetta_workload::WorkloadError> {
+        self.failed.filter(|_| self.breaks).map(|index| quetta_workload::WorkloadError::Request {
+            index,
+            source: Box::new(quetta_workload::WorkloadError::Invalid {
+                name: "prompt length",
+                reason: "could not build a prompt of exactly 8 tokens".into(),
+            }),
+        })
+    }
+}
+
+#[test]
+fn a_workload_that_breaks_ends_the_run_with_its_error_and_keeps_what_was_measured() {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let sim = Simulator::start(SimConfig {
+        ttft: Duration::from_millis(2),
+        itl: Duration::from_millis(1),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let engine: Arc<dyn Engine> =
+        Arc::new(OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap());
+    let spec = SyntheticSpec { input_len: 8, output_len: 4, seed: 2, ..SyntheticSpec::default() };
+    let work = EndsAt { spec: spec.clone(), at: 5, breaks: true, failed: None };
+    let sink = VecSink::default();
+    let out = rt
+        .block_on(
+            Runner::new(engine, RunConfig::closed(2, 10))
+                .sink(Box::new(sink.clone()))
+                .run(Work::Requests(Box::new(work))),
+        )
+        .unwrap();
+    assert_eq!(out.dispatched, 5, "the requests before the broken one were sent");
+    assert_eq!(out.aggregate.completed, 5);
+    assert_eq!(sink.0.lock().unwrap().len(), 5, "and recorded");
+    assert!(out.interrupted, "the run is partial");
+    let e = out.workload_error.expect("the workload's error reaches the outcome");
+    assert_eq!(
+        e.to_string(),
+        "request 5: invalid prompt length: could not build a prompt of exactly 8 tokens"
+    );
+    // a workload that simply ends is partial without an error
+    let engine: Arc<dyn Engine> =
+        Arc::new(OpenAiEngine::new(OpenAiConfig::new(sim.base_url(), Api::Chat, "sim")).unwrap());
+    let work = EndsAt { spec, at: 7, breaks: false, failed: None };
+    let out = rt
+        .block_on(Runner::new(engine, RunConfig::closed(2, 10)).run(Work::Requests(Box::new(work))))
+        .unwrap();
+    assert_eq!(out.dispatched, 7);
+    assert!(out.interrupted && out.workload_error.is_none(), "{:?}", out.workload_error);
+}
+
 // Shards of one plan, in this binary (each test binary is a link of its own).
 #[path = "parts/shards.rs"]
 mod shards;

@@ -360,6 +360,7 @@ impl RunDir {
             metrics,
             client: quetta_metrics::ClientStats::default(),
             notes,
+            workload_error: None,
             sessions: None,
             server_metrics: None,
             steady_state: series.steadiness(&second),

@@ -389,6 +389,10 @@ impl Fold {
             metrics,
             client: total_client(parts),
             notes,
+            workload_error: parts.iter().find_map(|p| {
+                let e = p.summary.as_ref()?.workload_error.as_ref()?;
+                Some(format!("shard {}: {e}", p.shard.index))
+            }),
             sessions,
             server_metrics: None,
             steady_state: self.series.steadiness(&second),

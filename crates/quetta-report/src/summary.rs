@@ -179,6 +179,10 @@ pub struct Summary {
     pub client: ClientStats,
     /// Notes a reader must see (approximate token counts, client saturation, ...).
     pub notes: Vec<String>,
+    /// Why the workload ended before the planned requests, when it ended on an error (a
+    /// request it could not build): the run failed, and says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_error: Option<String>,
     /// Multi-turn runs: how the sessions ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionsSummary>,

@@ -82,11 +82,21 @@ pub struct PlannedRequest {
 pub trait Workload: Send {
     /// The request with this index, or `None` when the workload is exhausted.
     fn request(&mut self, index: u64) -> Option<PlannedRequest>;
+
+    /// Why `request` returned `None`, when that was an error (a prompt that could not be
+    /// built) rather than the workload's end: the runner reports it and the run fails.
+    fn error(&self) -> Option<WorkloadError> {
+        None
+    }
 }
 
 impl<W: Workload + ?Sized> Workload for Box<W> {
     fn request(&mut self, index: u64) -> Option<PlannedRequest> {
         (**self).request(index)
+    }
+
+    fn error(&self) -> Option<WorkloadError> {
+        (**self).error()
     }
 }
 
@@ -106,6 +116,9 @@ pub enum WorkloadError {
     /// A tokenizer could not be loaded.
     #[error("tokenizer {source_name}: {reason}")]
     Tokenizer { source_name: String, reason: String },
+    /// One request of a workload could not be built.
+    #[error("request {index}: {source}")]
+    Request { index: u64, source: Box<WorkloadError> },
 }
 
 /// A parse error naming the file, the line and the field.

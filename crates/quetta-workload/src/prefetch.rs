@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver};
 
-use crate::{PlannedRequest, Workload};
+use crate::{PlannedRequest, Workload, WorkloadError};
 
 /// How far each worker builds ahead of its caller.
 const AHEAD: usize = 32;
@@ -36,12 +36,15 @@ pub struct Prefetched<W: Workload + Clone + 'static> {
 struct Run {
     start: u64,
     step: u64,
-    /// Worker `k` builds sequence positions `k`, `k + threads`, …
-    rx: Vec<Receiver<Option<PlannedRequest>>>,
+    /// Worker `k` builds sequence positions `k`, `k + threads`, …; an `Err` is the
+    /// workload's end, with the wrapped workload's error if it ended on one.
+    rx: Vec<Receiver<Result<PlannedRequest, Option<WorkloadError>>>>,
     /// Positions already taken from the workers.
     taken: u64,
     /// The workers reached the workload's end.
     ended: bool,
+    /// The error the workload ended on.
+    error: Option<WorkloadError>,
     ready: BTreeMap<u64, PlannedRequest>,
 }
 
@@ -73,8 +76,8 @@ impl<W: Workload + Clone + 'static> Prefetched<W> {
                     let mut pos = k;
                     loop {
                         let index = start.saturating_add(pos.saturating_mul(step));
-                        let p = w.request(index);
-                        let end = p.is_none();
+                        let p = w.request(index).ok_or_else(|| w.error());
+                        let end = p.is_err();
                         if tx.send(p).is_err() || end {
                             return;
                         }
@@ -85,7 +88,7 @@ impl<W: Workload + Clone + 'static> Prefetched<W> {
             spawned.ok()?;
             rx.push(r);
         }
-        Some(Run { start, step, rx, taken: 0, ended: false, ready: BTreeMap::new() })
+        Some(Run { start, step, rx, taken: 0, ended: false, error: None, ready: BTreeMap::new() })
     }
 }
 
@@ -115,18 +118,21 @@ impl Run {
                 return Taken::Built(None);
             }
             let k = (self.taken % self.rx.len() as u64) as usize;
-            let got = self.rx[k].recv().ok().flatten();
+            let got = self.rx[k].recv().unwrap_or(Err(None));
             let at = self.start + self.taken * self.step;
             self.taken += 1;
             match got {
-                Some(p) if at == index => return Taken::Built(Some(p)),
-                Some(p) => {
+                Ok(p) if at == index => return Taken::Built(Some(p)),
+                Ok(p) => {
                     self.ready.insert(at, p);
                     if self.ready.len() > KEEP {
                         self.ready.pop_first();
                     }
                 }
-                None => self.ended = true,
+                Err(e) => {
+                    self.ended = true;
+                    self.error = e;
+                }
             }
         }
         Taken::Built(None)
@@ -152,6 +158,10 @@ impl<W: Workload + Clone + Send + 'static> Workload for Prefetched<W> {
             }
         }
         self.inner.request(index)
+    }
+
+    fn error(&self) -> Option<WorkloadError> {
+        self.run.as_ref().and_then(|r| r.error.clone()).or_else(|| self.inner.error())
     }
 }
 
@@ -223,6 +233,41 @@ mod tests {
                 p
             })
         }
+    }
+
+    /// A workload whose request `n` cannot be built.
+    #[derive(Clone)]
+    struct FailsAt(u64, Option<u64>);
+    impl Workload for FailsAt {
+        fn request(&mut self, index: u64) -> Option<PlannedRequest> {
+            if index >= self.0 {
+                self.1 = Some(index);
+                return None;
+            }
+            Finite(self.0).request(index)
+        }
+        fn error(&self) -> Option<WorkloadError> {
+            self.1.map(|index| WorkloadError::Request {
+                index,
+                source: Box::new(WorkloadError::Invalid { name: "prompt", reason: "no".into() }),
+            })
+        }
+    }
+
+    #[test]
+    fn a_workload_that_fails_says_why_through_its_builders() {
+        for threads in [1, 4] {
+            let mut w = Prefetched::new(FailsAt(60, None), threads);
+            assert!(w.error().is_none());
+            let got = (0..100).map_while(|i| w.request(i)).count();
+            assert_eq!(got, 60);
+            let e = w.error().expect("the error the workload ended on");
+            assert_eq!(e.to_string(), "request 60: invalid prompt: no", "{threads} threads");
+        }
+        // a workload that simply ends has no error
+        let mut w = Prefetched::new(Finite(10), 4);
+        assert_eq!((0..20).map_while(|i| w.request(i)).count(), 10);
+        assert!(w.error().is_none());
     }
 
     #[test]

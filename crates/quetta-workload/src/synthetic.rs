@@ -149,12 +149,23 @@ pub struct ExactSynthetic {
     pub spec: SyntheticSpec,
     prompts: ExactPrompts,
     token_ids: bool,
+    /// The request that could not be built, which ended the workload.
+    error: Option<WorkloadError>,
 }
 
 impl ExactSynthetic {
     pub fn new(spec: SyntheticSpec, tokenizer: Arc<Tokenizer>, token_ids: bool) -> Self {
-        Self { spec, prompts: ExactPrompts::new(tokenizer), token_ids }
+        Self { spec, prompts: ExactPrompts::new(tokenizer), token_ids, error: None }
     }
+}
+
+/// `built`'s text, or `None` with the error kept in `error`, naming the request.
+fn built_or_keep(
+    built: Result<String, WorkloadError>,
+    index: u64,
+    error: &mut Option<WorkloadError>,
+) -> Option<String> {
+    built.map_err(|e| *error = Some(WorkloadError::Request { index, source: Box::new(e) })).ok()
 }
 
 impl Workload for ExactSynthetic {
@@ -169,7 +180,8 @@ impl Workload for ExactSynthetic {
             ids.extend(self.prompts.ids(n - prefix_len, seed));
             Prompt::TokenIds(ids)
         } else {
-            let text = self.prompts.text_with_lead(n, seed, &prefix).ok()?;
+            let built = self.prompts.text_with_lead(n, seed, &prefix);
+            let text = built_or_keep(built, index, &mut self.error)?;
             if self.spec.chat {
                 Prompt::Chat(vec![Message::text("user", text)])
             } else {
@@ -178,6 +190,10 @@ impl Workload for ExactSynthetic {
         };
         p.input_tokens_exact = true;
         Some(p)
+    }
+
+    fn error(&self) -> Option<WorkloadError> {
+        self.error.clone()
     }
 }
 
@@ -249,11 +265,13 @@ pub struct StressWorkload {
     pub spec: SyntheticSpec,
     exact: Option<ExactPrompts>,
     token_ids: bool,
+    /// The request that could not be built, which ended the workload.
+    error: Option<WorkloadError>,
 }
 
 impl StressWorkload {
     pub fn new(spec: SyntheticSpec, tokenizer: Option<Arc<Tokenizer>>, token_ids: bool) -> Self {
-        Self { spec, exact: tokenizer.map(ExactPrompts::new), token_ids }
+        Self { spec, exact: tokenizer.map(ExactPrompts::new), token_ids, error: None }
     }
 }
 
@@ -289,7 +307,8 @@ impl Workload for StressWorkload {
                     ids.extend(e.ids(n - ids.len(), seed));
                     p.prompt = Prompt::TokenIds(ids);
                 } else {
-                    let text = e.text_with_lead(n, seed, &lead).ok()?;
+                    let text =
+                        built_or_keep(e.text_with_lead(n, seed, &lead), index, &mut self.error)?;
                     p.prompt = if self.spec.chat {
                         Prompt::Chat(vec![Message::text("user", text)])
                     } else {
@@ -300,5 +319,9 @@ impl Workload for StressWorkload {
             }
         }
         Some(p)
+    }
+
+    fn error(&self) -> Option<WorkloadError> {
+        self.error.clone()
     }
 }

@@ -63,4 +63,8 @@ impl<W: Workload> Workload for WithImages<W> {
         }
         Some(p)
     }
+
+    fn error(&self) -> Option<crate::WorkloadError> {
+        self.inner.error()
+    }
 }

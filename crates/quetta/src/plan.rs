@@ -134,7 +134,12 @@ impl Benchmark {
         let mut built = p.built;
         if let Some(w) = built.requests() {
             for i in 0..sample {
-                let Some(r) = w.request(shard.nth_from(p.cfg.warmup, i)) else { break };
+                let Some(r) = w.request(shard.nth_from(p.cfg.warmup, i)) else {
+                    if let Some(e) = w.error() {
+                        return Err(e.into());
+                    }
+                    break;
+                };
                 ins.push(f64::from(r.input_tokens));
                 outs.push(f64::from(r.max_tokens));
                 exact &= r.input_tokens_exact;

@@ -16,7 +16,7 @@ use quetta_sim::cache::{body_tokens, TwinCache};
 use quetta_sim::engine::{Engine, EngineRequest, Token};
 use quetta_sim::model::ServerModel;
 use quetta_workload::spec::BuiltWork;
-use quetta_workload::Workload;
+use quetta_workload::{Workload, WorkloadError};
 
 use crate::{BenchReport, Benchmark, Error, Result, RunDir};
 
@@ -48,6 +48,8 @@ struct Sim<'a> {
     work: &'a mut dyn Workload,
     next_index: u64,
     exhausted: bool,
+    /// The error the workload ended on, if it did.
+    error: Option<WorkloadError>,
     flights: std::collections::HashMap<u64, Flight>,
     /// Closed loop: slot free times; open loop: requests due but capped.
     ready: BinaryHeap<Reverse<(u64, u64)>>,
@@ -74,6 +76,7 @@ impl Sim<'_> {
         }
         let Some(p) = self.work.request(self.next_index) else {
             self.exhausted = true;
+            self.error = self.work.error();
             return false;
         };
         let id = self.next_index;
@@ -183,13 +186,23 @@ fn observe(f: Flight, stream: bool) -> Observation {
     }
 }
 
-/// Run the engine over the paced workload; the observations, in completion order.
+/// What a simulation gave.
+struct Simulated {
+    /// The observations, in completion order.
+    obs: Vec<Observation>,
+    /// The workload ran out before the load asked for its last request.
+    exhausted: bool,
+    /// The error it ended on, if it did.
+    error: Option<WorkloadError>,
+}
+
+/// Run the engine over the paced workload.
 fn simulate(
     model: &ServerModel,
     work: &mut dyn Workload,
     mut pace: Pace,
     stream: bool,
-) -> Vec<Observation> {
+) -> Simulated {
     let mut s = Sim {
         engine: Engine::new(model),
         model,
@@ -197,6 +210,7 @@ fn simulate(
         work,
         next_index: 0,
         exhausted: false,
+        error: None,
         flights: Default::default(),
         ready: BinaryHeap::new(),
         arriving: BinaryHeap::new(),
@@ -247,7 +261,7 @@ fn simulate(
         };
         match next_arrival.into_iter().chain(next_send).min() {
             Some(t) => now = t.max(now),
-            None => return s.done,
+            None => return Simulated { obs: s.done, exhausted: s.exhausted, error: s.error },
         }
     }
 }
@@ -335,13 +349,13 @@ impl Benchmark {
             model.server, model.model, "docs/SIMULATOR.md"
         ));
         let started = Instant::now();
-        let obs = simulate(model, &mut *work, pace, cfg.stream);
+        let sim = simulate(model, &mut *work, pace, cfg.stream);
         let wall = started.elapsed();
         let dir = match &self.output_dir {
             Some(d) => Some(RunDir::create(d, self.overwrite)?),
             None => None,
         };
-        let outcome = outcome(&cfg, obs, dir.as_ref())?;
+        let outcome = outcome(&cfg, sim, dir.as_ref())?;
         notes.push(format!("the prediction took {:.2} s", wall.as_secs_f64()));
         let target = crate::summary::predicted_target(&self, model);
         let manifest = quetta_report::RunManifest::new(
@@ -370,9 +384,10 @@ impl Benchmark {
 /// The run outcome of predicted observations (records streamed to the directory).
 fn outcome(
     cfg: &quetta_loadgen::RunConfig,
-    obs: Vec<Observation>,
+    sim: Simulated,
     dir: Option<&RunDir>,
 ) -> Result<RunOutcome> {
+    let Simulated { obs, exhausted, error } = sim;
     use std::io::Write as _;
     let mut agg = Aggregate::new(cfg.slos.clone());
     let mut series = quetta_metrics::series::SeriesBuilder::default();
@@ -410,7 +425,8 @@ fn outcome(
         sent: n,
         warmup_completed: 0,
         warmup_failed: 0,
-        interrupted: false,
+        interrupted: exhausted,
+        workload_error: error,
         sink_error: None,
         started_at: SystemTime::now(),
         achieved_send_rate: quetta_metrics::rates::send_rate(

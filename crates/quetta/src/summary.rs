@@ -245,6 +245,16 @@ fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
 
 /// Notes about how the run went.
 fn run_notes(o: &RunOutcome, notes: &mut Vec<String>) {
+    if let Some(e) = &o.workload_error {
+        notes.insert(
+            0,
+            format!(
+                "FAILED: the workload ended after {} of {} requests: {e}",
+                o.dispatched,
+                o.planned.map_or("its planned".into(), |p| p.to_string())
+            ),
+        );
+    }
     if let Some(e) = &o.sink_error {
         notes.push(format!("writing requests.jsonl failed: {e}"));
     }
@@ -333,6 +343,7 @@ pub(crate) fn assemble(
         metrics,
         client: o.client.clone(),
         notes,
+        workload_error: o.workload_error.as_ref().map(ToString::to_string),
         sessions: o.sessions.as_ref().map(|c| SessionsSummary {
             started: c.started,
             completed: c.completed,
