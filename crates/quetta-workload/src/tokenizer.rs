@@ -114,20 +114,85 @@ impl Tokenizer {
 pub const CORPUS: &str = include_str!("../corpus/sonnets.txt");
 
 /// Builds prompts of an exact token count from the corpus, for one tokenizer.
+///
+/// A prompt's tokens are drawn from its seed: three corpus tokens, then corpus lines in a
+/// random order, each from a random token of its first half on, so prompts of different
+/// seeds share a few tokens at their start at most (a prefix cache serves them no more).
+/// One window of the corpus (1,817 tokens with SmolLM2's tokenizer) would start at one of
+/// its tokens: two prompts of a run would then share their whole common length whenever
+/// they started at the same token (of 1,000 prompts of 256 tokens, 167 started with the
+/// same 16 tokens as an earlier one).
 #[derive(Debug, Clone)]
 pub struct ExactPrompts {
     tok: Arc<Tokenizer>,
-    corpus: Arc<Vec<u32>>,
+    /// The token ids of each non-empty corpus line, with its newline.
+    lines: Arc<Vec<Vec<u32>>>,
     /// Vocabulary size without added tokens.
     vocab: u32,
 }
 
+/// Corpus tokens drawn anew for each sequence before its lines: the corpus has fewer than
+/// 2,000 tokens to start a line segment at, so after a few thousand sequences most would
+/// share their first segment with an earlier one; three single tokens first make shared
+/// starts rare.
+const SINGLE_TOKENS: u32 = 3;
+
+/// Token ids for one seed: [`SINGLE_TOKENS`] corpus tokens drawn one by one, then random
+/// corpus lines, each from a random token of its first half on (ends only when the
+/// tokenizer encodes no line at all).
+struct LineIds<'a> {
+    lines: &'a [Vec<u32>],
+    rng: rand_chacha::ChaCha8Rng,
+    rest: &'a [u32],
+    singles: u32,
+}
+
+impl Iterator for LineIds<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        use rand::Rng as _;
+        if self.lines.is_empty() {
+            return None;
+        }
+        if self.singles > 0 {
+            self.singles -= 1;
+            let line = &self.lines[self.rng.gen_range(0..self.lines.len())];
+            return Some(line[self.rng.gen_range(0..line.len())]);
+        }
+        while self.rest.is_empty() {
+            // a random line, from a random token of its first half on
+            let line = &self.lines[self.rng.gen_range(0..self.lines.len())];
+            self.rest = &line[self.rng.gen_range(0..line.len().div_ceil(2))..];
+        }
+        let (first, rest) = self.rest.split_first()?;
+        self.rest = rest;
+        Some(*first)
+    }
+}
+
 impl ExactPrompts {
-    /// Tokenise the corpus once.
+    /// Tokenise the corpus once, line by line.
     pub fn new(tok: Arc<Tokenizer>) -> Self {
-        let corpus = tok.encode(CORPUS);
+        let lines = CORPUS
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| tok.encode(&format!("{}\n", l.trim_end())))
+            .filter(|ids| !ids.is_empty())
+            .collect();
         let vocab = tok.vocab_size();
-        Self { tok, corpus: Arc::new(corpus), vocab }
+        Self { tok, lines: Arc::new(lines), vocab }
+    }
+
+    /// The ids of `seed`'s sequence of corpus lines.
+    fn line_ids(&self, seed: u64) -> LineIds<'_> {
+        use rand::SeedableRng as _;
+        LineIds {
+            lines: &self.lines,
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+            rest: &[],
+            singles: SINGLE_TOKENS,
+        }
     }
 
     /// Two token ids that spell `id` in base (vocabulary − 1000), skipping the first 1000 ids
@@ -143,16 +208,16 @@ impl ExactPrompts {
         self.tok.decode(ids)
     }
 
-    /// `n` corpus token ids starting at a seeded offset (wrapping), for token-id prompts.
+    /// `n` corpus token ids of seeded random lines, for token-id prompts (fewer only when
+    /// the tokenizer encodes no corpus line at all).
     pub fn ids(&self, n: usize, seed: u64) -> Vec<u32> {
-        let len = self.corpus.len().max(1);
-        let start = (seed % len as u64) as usize;
-        (0..n).map(|i| self.corpus[(start + i) % len]).collect()
+        self.line_ids(seed).take(n).collect()
     }
 
     /// Text that encodes to exactly `n` tokens (without special tokens), deterministic for
-    /// `seed`. Decoding a window of corpus tokens and re-encoding it can merge or split tokens
-    /// at the edges, so the window is trimmed or extended until the count is exact.
+    /// `seed`. Decoding corpus lines' tokens and re-encoding them can merge or split tokens
+    /// where lines meet and at the end, so the ids are trimmed or extended at the end until
+    /// the count is exact.
     pub fn text(&self, n: usize, seed: u64) -> Result<String, WorkloadError> {
         self.exact_text(n, seed, &[])
     }
@@ -174,13 +239,11 @@ impl ExactPrompts {
         if n == 0 {
             return Ok(String::new());
         }
-        let len = self.corpus.len().max(1);
         let lead = &lead[..lead.len().min(n.saturating_sub(1))];
         for attempt in 0..8u64 {
-            let start = ((seed.wrapping_add(attempt.wrapping_mul(7919))) % len as u64) as usize;
+            let mut more = self.line_ids(seed.wrapping_add(attempt.wrapping_mul(7919)));
             let mut ids: Vec<u32> = lead.to_vec();
-            ids.extend((0..n - lead.len()).map(|i| self.corpus[(start + i) % len]));
-            let mut next = start + n - lead.len();
+            ids.extend(more.by_ref().take(n - lead.len()));
             for _ in 0..24 {
                 let text = self.tok.decode(&ids);
                 let c = self.tok.count(&text);
@@ -191,10 +254,7 @@ impl ExactPrompts {
                     let drop = (c - n).min(ids.len().saturating_sub(1)).max(1);
                     ids.truncate(ids.len() - drop);
                 } else {
-                    for _ in 0..(n - c) {
-                        ids.push(self.corpus[next % len]);
-                        next += 1;
-                    }
+                    ids.extend(more.by_ref().take(n - c));
                 }
             }
         }

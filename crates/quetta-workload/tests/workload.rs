@@ -51,6 +51,35 @@ fn exact_length_prompts_with_gpt2_qwen3_and_mistral() {
     }
 }
 
+/// The longest run of leading tokens any two of `prompts` share.
+fn longest_shared_start(mut prompts: Vec<Vec<u32>>) -> usize {
+    prompts.sort();
+    prompts
+        .windows(2)
+        .map(|w| w[0].iter().zip(&w[1]).take_while(|(a, b)| a == b).count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn exact_prompts_of_a_run_share_no_prefix_a_cache_could_serve() {
+    // Prompts were windows of the ~1,700-token corpus at a seeded start: about one pair in
+    // 1,700 started at the same token and shared its whole common length (llama.cpp served
+    // 617 of a 623-token prompt from its cache in a closed-loop run of 24 requests).
+    let t = tok("smollm2");
+    let p = ExactPrompts::new(t.clone());
+    let ids: Vec<Vec<u32>> =
+        (0..2000u64).map(|i| p.ids(256, i.wrapping_mul(0x9E37_79B9))).collect();
+    assert!(ids.iter().all(|v| v.len() == 256));
+    let shared = longest_shared_start(ids);
+    assert!(shared < 48, "two of 2,000 token-id prompts share their first {shared} tokens");
+    let texts: Vec<Vec<u32>> =
+        (0..300u64).map(|i| t.encode(&p.text(256, i.wrapping_mul(0x9E37_79B9)).unwrap())).collect();
+    assert!(texts.iter().all(|v| v.len() == 256));
+    let shared = longest_shared_start(texts);
+    assert!(shared < 48, "two of 300 text prompts share their first {shared} tokens");
+}
+
 #[test]
 fn gpt2_file_truncation_setting_is_ignored() {
     // the fixture's GPT-2 tokenizer.json says truncation max_length 50
