@@ -33,7 +33,7 @@ if server_cpu != "none":
 
 common = ["--tokenizer", tok, "--input-len", inp, "--output-len", outp, "--input-range-ratio", ratio,
           "--output-range-ratio", out_ratio,
-          "--ignore-eos", "--num-requests", n, "--drain-timeout", "1200", "--quiet", "--overwrite"]
+          "--ignore-eos", "--drain-timeout", "1200", "--quiet", "--overwrite"]
 # Each load its own prompts, none the server has seen (llama.cpp keeps earlier prompts in its
 # cache, and a cached prompt's TTFT is not a prefill); the same prompts for the server and the
 # twin of one load.
@@ -41,12 +41,13 @@ salt = int(time.time()) % 1_000_000
 seeds = {}
 
 
-def run(name, kind, load):
+def run(name, kind, load, requests=None):
     seed = seeds.setdefault(name, str(salt * 100 + len(seeds)))
     d = os.path.join(out, f"{name}-{kind}")
     target = {"real": ["--base-url", url], "live": ["--sim-model", model],
               "predicted": ["--sim-model", model, "--predict"]}[kind]
-    cmd = [bench, "run", *target, *common, "--seed", seed, *load, "--output-dir", d]
+    cmd = [bench, "run", *target, *common, "--num-requests", requests or n, "--seed", seed, *load,
+           "--output-dir", d]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
@@ -60,6 +61,17 @@ def figures(s):
             "E2E p50": m["e2e_ms"]["p50"], "output tok/s": m["output_token_throughput"]}
 
 
+def reference(tag):
+    """The server's speed against the twin's: mean E2E of the server over the prediction's,
+    on a few closed-1 requests of their own (prompts of their own)."""
+    load = ["--concurrency", "1"]
+    real = run(f"reference-{tag}", "real", load, "6")
+    pred = run(f"reference-{tag}", "predicted", load, "6")
+    m = lambda s: (s if "e2e_ms" in s else s["metrics"])["e2e_ms"]["mean"]
+    return m(real) / m(pred)
+
+
+ref_before = reference("before")
 rows = []
 loads = [(f"closed c={c}", ["--concurrency", str(c)]) for c in (1, 2, 4, 8)]
 capacity = None
@@ -77,7 +89,10 @@ for frac in (0.5, 0.9):
     got = {k: figures(run(f"poisson-{int(frac * 100)}", k, load)) for k in ("real", "live", "predicted")}
     rows.append((name, got))
 
-print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s\n")
+ref_after = reference("after")
+print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s")
+print(f"server speed against the twin (closed 1, 6 requests, server mean E2E / predicted): "
+      f"before {(ref_before - 1) * 100:+.1f} %, after {(ref_after - 1) * 100:+.1f} %\n")
 print("| load | metric | server | live twin | error | predicted | error |")
 print("|---|---|---:|---:|---:|---:|---:|")
 worst = {}
