@@ -262,16 +262,12 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         eprintln!("error: {lost}");
         return Ok(ExitCode::from(1));
     }
-    if let Some(e) = &r.summary.workload_error {
-        eprintln!("error: the workload ended before the planned requests: {e}");
-        return Ok(exit(ExitCode::from(1)));
-    }
-    Ok(exit(verdict(&r.summary.metrics, a.min_success_rate)))
+    Ok(exit(verdict(&r.summary, a.min_success_rate)))
 }
 
-/// Exit 1, saying why, when the run failed as a measurement (`MetricsSummary::failure`).
-fn verdict(m: &quetta::metrics::MetricsSummary, min: f64) -> ExitCode {
-    match m.failure(min) {
+/// Exit 1, saying why, when the run failed (`Summary::failure`).
+fn verdict(s: &quetta::report::Summary, min: f64) -> ExitCode {
+    match s.failure(min) {
         Some(why) => {
             eprintln!("error: {}", why.replace("is below", "is below --min-success-rate"));
             ExitCode::from(1)

@@ -152,6 +152,14 @@ fn a_workload_that_cannot_build_its_prompts_fails_and_says_why() {
             "{name}: {notes}"
         );
     }
+    // the reports open with it
+    let o = run(&["report", d.join("live").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = std::fs::read_to_string(d.join("live").join("report.html")).unwrap();
+    assert!(
+        html.contains("<p class=\"banner\">FAILED: the workload ended after 0 of 4 requests"),
+        "a failure banner"
+    );
     // the schedule it would print is refused too
     let o = run(&[&args[..], &["--dry-run"]].concat());
     assert!(!o.status.success() && text(&o).contains(why), "{}", text(&o));

@@ -346,18 +346,13 @@ fn errors_table(s: &mut String, m: &quetta_metrics::MetricsSummary) {
     }
 }
 
-/// A banner for a run cut short or a run in which every request failed (empty otherwise).
+/// A banner for a run cut short or a run that failed as a whole (empty otherwise).
 fn banner(s: &mut String, sum: &Summary) {
     if let Some(p) = crate::partial_label(sum) {
         let _ = write!(s, "<p class=\"banner\">{}</p>", esc(&p));
     }
-    let m = &sum.metrics;
-    if m.completed == 0 && m.failed > 0 {
-        let _ = write!(
-            s,
-            "<p class=\"banner\">FAILED: every one of the {} measured requests failed</p>",
-            m.failed
-        );
+    if let Some(f) = crate::failed_label(sum) {
+        let _ = write!(s, "<p class=\"banner\">{}</p>", esc(&f));
     }
 }
 

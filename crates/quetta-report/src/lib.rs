@@ -30,9 +30,10 @@ pub use compare::{
 pub use dir::{files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest};
 pub use merge::{merge, MergeOptions};
 pub use summary::{
-    error_lines, metric_table, partial_label, render_summary, turn_table, verdict_line,
-    ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun,
-    ShardsSummary, SimSettings, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    error_lines, failed_label, metric_table, partial_label, render_summary, turn_table,
+    verdict_line, workload_failed, ClientStats, Host, RunSettings, SessionSettings,
+    SessionsSummary, ShardResult, ShardRun, ShardsSummary, SimSettings, Summary, Target,
+    PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 

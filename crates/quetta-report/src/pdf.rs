@@ -216,7 +216,13 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
         p.line(&l, 12.0);
     }
     if m.completed == 0 {
-        p.line(&format!("FAILED: every one of the {} measured requests failed", m.failed), 12.0);
+        let failed = crate::failed_label(&r.summary);
+        wrapped(
+            &mut p,
+            &failed.unwrap_or_else(|| "FAILED: no request was measured".into()),
+            12.0,
+            76,
+        );
         error_lines(&mut p, m);
         note_lines(&mut p, &r.summary.notes);
         return;
@@ -245,17 +251,23 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
 /// The run's notes (warnings first), each wrapped to the page's width.
 fn note_lines(p: &mut Page, notes: &[String]) {
     for n in notes {
-        let mut line = String::new();
-        for w in n.split(' ') {
-            if line.len() + w.len() > 130 {
-                p.line(&line, 7.0);
-                line = "  ".into();
-            }
-            line.push_str(w);
-            line.push(' ');
-        }
-        p.line(line.trim_end(), 7.0);
+        wrapped(p, n, 7.0, 130);
     }
+}
+
+/// `text` at `size`, broken between words into lines of at most `width` characters (the
+/// lines after the first indented).
+fn wrapped(p: &mut Page, text: &str, size: f64, width: usize) {
+    let mut line = String::new();
+    for w in text.split(' ') {
+        if line.len() + w.len() > width {
+            p.line(&line, size);
+            line = "  ".into();
+        }
+        line.push_str(w);
+        line.push(' ');
+    }
+    p.line(line.trim_end(), size);
 }
 
 /// Error kinds, then the most frequent messages (cut to fit the line).

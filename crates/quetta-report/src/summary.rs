@@ -493,6 +493,36 @@ pub fn partial_label(sum: &Summary) -> Option<String> {
     Some(cut_short(ended, sum.planned))
 }
 
+/// `FAILED: …` for a run that failed as a whole, as the reports' banner and the summary's
+/// note say it: its workload ended on an error, or every measured request failed; `None`
+/// otherwise.
+pub fn failed_label(sum: &Summary) -> Option<String> {
+    if let Some(e) = &sum.workload_error {
+        return Some(workload_failed(sum.dispatched, sum.planned, e));
+    }
+    let m = &sum.metrics;
+    (m.completed == 0 && m.failed > 0)
+        .then(|| format!("FAILED: every one of the {} measured requests failed", m.failed))
+}
+
+/// `FAILED: the workload ended after 3 of 10 requests: …`: one wording for the note and
+/// the banner of a run whose workload could not build a request.
+pub fn workload_failed(sent: u64, planned: Option<u64>, error: &str) -> String {
+    let of = planned.map_or_else(|| "its planned".to_owned(), |p| p.to_string());
+    format!("FAILED: the workload ended after {sent} of {of} requests: {error}")
+}
+
+impl Summary {
+    /// Why the run failed, for an exit status: its workload ended on an error, or
+    /// [`MetricsSummary::failure`] with `min_success_rate`; `None` for a run that passes.
+    pub fn failure(&self, min_success_rate: f64) -> Option<String> {
+        match &self.workload_error {
+            Some(e) => Some(format!("the workload ended before the planned requests: {e}")),
+            None => self.metrics.failure(min_success_rate),
+        }
+    }
+}
+
 /// `PARTIAL: 6 of 100 planned`, or `PARTIAL` without a planned count: one wording for runs
 /// and sweep steps, in the terminal and the reports.
 pub(crate) fn cut_short(ended: u64, planned: Option<u64>) -> String {

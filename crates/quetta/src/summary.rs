@@ -246,14 +246,7 @@ fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
 /// Notes about how the run went.
 fn run_notes(o: &RunOutcome, notes: &mut Vec<String>) {
     if let Some(e) = &o.workload_error {
-        notes.insert(
-            0,
-            format!(
-                "FAILED: the workload ended after {} of {} requests: {e}",
-                o.dispatched,
-                o.planned.map_or("its planned".into(), |p| p.to_string())
-            ),
-        );
+        notes.insert(0, quetta_report::workload_failed(o.dispatched, o.planned, &e.to_string()));
     }
     if let Some(e) = &o.sink_error {
         notes.push(format!("writing requests.jsonl failed: {e}"));
