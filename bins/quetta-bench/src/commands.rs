@@ -365,6 +365,10 @@ pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
     }
     let report = report?;
     print!("{}", report.render(dir.as_deref()));
+    if let Some(f) = &report.failed {
+        eprintln!("error: the sweep failed at {f}");
+        return Ok(exit(ExitCode::from(1)));
+    }
     Ok(exit(ExitCode::SUCCESS))
 }
 
@@ -424,6 +428,9 @@ pub fn slo(a: SloArgs) -> Result<ExitCode> {
     }
     let report = report?;
     print!("{}", report.render(dir.as_deref()));
+    if let Some(f) = &report.failed {
+        eprintln!("error: the search failed at {f}");
+    }
     Ok(exit(if report.answer.is_some() { ExitCode::SUCCESS } else { ExitCode::from(1) }))
 }
 

@@ -165,6 +165,52 @@ fn a_workload_that_cannot_build_its_prompts_fails_and_says_why() {
     assert!(!o.status.success() && text(&o).contains(why), "{}", text(&o));
 }
 
+#[test]
+fn a_sweep_or_slo_search_whose_workload_cannot_build_its_prompts_stops_and_fails() {
+    // every step ran 0 requests and the sweep exited 0; the search answered "none: even 1
+    // fails" (the server blamed for the workload)
+    let d = tmpdir("unbuildable-sweep");
+    std::fs::create_dir_all(&d).unwrap();
+    let tok = d.join("tokenizer.json");
+    std::fs::write(&tok, KNOWS_NO_WORD).unwrap();
+    let why = "request 0: invalid prompt length: could not build a prompt of exactly";
+    let (sweep, slo) = (d.join("sweep"), d.join("slo"));
+    let common = ["--tokenizer", tok.to_str().unwrap(), "--num-requests", "4", "-q"];
+    let o = run(&[
+        &["sweep", "--concurrencies", "1,2,4", "--output-dir", sweep.to_str().unwrap()][..],
+        &common,
+    ]
+    .concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("error: the sweep failed at step 1 of 3 (concurrency 1)") && t.contains(why),
+        "{t}"
+    );
+    let r = json(&sweep.join("sweep.json"));
+    valid(quetta::report::schema::SWEEP, &r);
+    assert_eq!(r["steps"].as_array().unwrap().len(), 1, "no step after the failed one: {r}");
+    assert!(r["failed"].as_str().unwrap().contains(why), "{r}");
+    let o = run(&["report", sweep.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let html = std::fs::read_to_string(sweep.join("report.html")).unwrap();
+    assert!(html.contains("<p class=\"banner\">FAILED: step 1 of 3"), "a failure banner");
+    let o = run(&[
+        &["slo", "--slo", "ttft:p99<500ms", "--min-requests", "4"][..],
+        &["--output-dir", slo.to_str().unwrap()],
+        &common,
+    ]
+    .concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("error: the search failed at probe 1 (rate 1)") && t.contains(why), "{t}");
+    assert!(!t.contains("even 1 fails"), "the server is not blamed: {t}");
+    let r = json(&slo.join("slo.json"));
+    valid(quetta::report::schema::SLO, &r);
+    assert_eq!((r["answer"].is_null(), r["probes"].as_array().unwrap().len()), (true, 1), "{r}");
+    assert_eq!(r["probes"][0]["limited_by"], "workload", "{r}");
+}
+
 fn spawn(args: &[&str]) -> std::process::Child {
     bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }

@@ -485,6 +485,9 @@ pub(crate) fn slo_break(sw: &SweepData) -> Option<String> {
 fn sweep_body(s: &mut String, sw: &SweepData) {
     let kind = sw.sweep.kind.as_str();
     let values: Vec<String> = sw.sweep.steps.iter().map(|st| ms(Some(st.value()))).collect();
+    if let Some(f) = &sw.sweep.failed {
+        let _ = write!(s, "<p class=\"banner\">FAILED: {}</p>", esc(f));
+    }
     s.push_str("<h2>Summary</h2><table class=\"kv\">");
     if let Some(first) = sw.steps.first() {
         let t = &first.summary.target;
@@ -528,6 +531,9 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
     };
     let _ = write!(s, "<tr><td>SLOs</td><td>{}</td></tr>", esc(&slo));
     let _ = write!(s, "<tr><td>errors</td><td>{}</td></tr></table>", sw.sweep.total_errors);
+    for n in &sw.sweep.notes {
+        let _ = write!(s, "<p class=\"note\">{}</p>", esc(n));
+    }
     s.push_str("<h2>Sweep</h2><table><tr>");
     for h in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0)) {
         let _ = write!(s, "<th>{h}</th>");

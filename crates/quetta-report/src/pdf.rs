@@ -205,10 +205,10 @@ fn config_lines(p: &mut Page, r: &RunData) {
     }
 }
 
-/// A run's results from `p` on (the summary first, the charts after).
 /// The least height a chart is drawn at (axes, ticks and a legend with room for a curve).
 const MIN_CHART_MM: f64 = 60.0;
 
+/// A run's results from `p` on (the summary first, the charts after).
 fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     p.line(heading, 14.0);
     let m = &r.summary.metrics;
@@ -312,8 +312,6 @@ pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
     d.pdf.save_to_bytes().map_err(|e| PdfError::Pdf(e.to_string()))
 }
 
-/// The pages of a sweep: title and configuration, the sweep table and charts, one page per
-/// step.
 /// Charts two by two on pages of their own.
 fn chart_grid(d: &mut Doc, charts: &[Chart]) {
     for page in charts.chunks(4) {
@@ -369,6 +367,10 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
     };
     p.line(&slo, 10.0);
     p.line(&format!("total errors {}", sw.sweep.total_errors), 10.0);
+    if let Some(f) = &sw.sweep.failed {
+        wrapped(&mut p, &format!("FAILED: {f}"), 12.0, 76);
+    }
+    note_lines(&mut p, &sw.sweep.notes);
     p.y += 2.0;
     let mut rows = vec![std::iter::once(kind)
         .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0))
@@ -393,6 +395,9 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
         p.line(&format!("Step {} — {kind} {label}", i + 1), 14.0);
         if let Some(l) = crate::partial_label(&r.summary) {
             p.line(&l, 10.0);
+        }
+        if let Some(f) = crate::failed_label(&r.summary) {
+            wrapped(&mut p, &f, 10.0, 90);
         }
         p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
         let hl: Vec<String> =

@@ -516,10 +516,14 @@ impl Summary {
     /// Why the run failed, for an exit status: its workload ended on an error, or
     /// [`MetricsSummary::failure`] with `min_success_rate`; `None` for a run that passes.
     pub fn failure(&self, min_success_rate: f64) -> Option<String> {
-        match &self.workload_error {
-            Some(e) => Some(format!("the workload ended before the planned requests: {e}")),
-            None => self.metrics.failure(min_success_rate),
-        }
+        self.workload_failure().or_else(|| self.metrics.failure(min_success_rate))
+    }
+
+    /// Why the run failed when its workload ended on an error (a request it could not
+    /// build); a sweep or SLO search stops on it.
+    pub fn workload_failure(&self) -> Option<String> {
+        let e = self.workload_error.as_ref()?;
+        Some(format!("the workload ended before the planned requests: {e}"))
     }
 }
 

@@ -152,6 +152,10 @@ pub struct SweepReport {
     /// Whether every step sent the same prompts.
     pub prompts: String,
     pub notes: Vec<String>,
+    /// Why the sweep stopped before its last step: a step's workload ended on an error
+    /// (the step is the last row); the sweep failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 impl SweepReport {
@@ -177,6 +181,7 @@ impl SweepReport {
             prompts: if same_prompts { "the same in every step" } else { "fresh in every step" }
                 .into(),
             notes,
+            failed: None,
         }
     }
 
@@ -218,6 +223,9 @@ impl SweepReport {
         for n in &self.notes {
             let _ = writeln!(s, "note       {n}");
         }
+        if let Some(f) = &self.failed {
+            let _ = writeln!(s, "FAILED     {f}");
+        }
         if let Some(d) = dir {
             let _ = writeln!(s, "results    {}", d.display());
         }
@@ -234,7 +242,8 @@ pub struct SloProbe {
     pub dir: String,
     /// Why it failed: the objectives missed, the errors, a client that could not keep up.
     pub why: Vec<String>,
-    /// `errors` or `client` when the probe failed for a reason other than latency.
+    /// `errors`, `client` or `workload` when the probe failed for a reason other than
+    /// latency (`workload`: its workload ended on an error, and the search stopped).
     pub limited_by: Option<String>,
     /// Each objective's value (ms), keyed `METRIC_ms_pNN` (e.g. `ttft_ms_p99`).
     #[serde(flatten)]
@@ -257,12 +266,18 @@ pub struct SloReport {
     pub objectives: String,
     pub tolerance: f64,
     pub requests_per_probe: u64,
-    /// The highest load that met every objective (`null`: even the first probe failed).
+    /// The highest load that met every objective (`null`: even the first probe failed, or
+    /// the search failed).
     pub answer: Option<f64>,
-    /// The lowest load that failed (`null`: every probe up to the maximum passed).
+    /// The lowest load that failed (`null`: every probe up to the maximum passed, or the
+    /// search failed).
     pub first_failing: Option<f64>,
     pub probes: Vec<SloProbe>,
     pub notes: Vec<String>,
+    /// Why the search failed before it had an answer: a probe's workload ended on an error
+    /// (the probe is the last row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 impl SloReport {
@@ -279,8 +294,11 @@ impl SloReport {
                 p.why.join("; ")
             );
         }
-        match self.answer {
-            Some(v) => {
+        match (self.answer, &self.failed) {
+            (_, Some(f)) => {
+                let _ = writeln!(s, "answer     none: the search failed\nFAILED     {f}");
+            }
+            (Some(v), None) => {
                 let _ = writeln!(
                     s,
                     "answer     {} {v} meets every objective{}",
@@ -288,7 +306,7 @@ impl SloReport {
                     self.first_failing.map_or(String::new(), |h| format!(" ({h} does not)"))
                 );
             }
-            None => {
+            (None, None) => {
                 let first = self.probes.first().map_or(0.0, |p| p.value);
                 let _ = writeln!(s, "answer     none: even {first} fails");
             }

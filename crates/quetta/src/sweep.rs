@@ -166,6 +166,9 @@ impl Sweep {
                 let mut b = self.base.clone().load(Load::closed(*concurrency));
                 b.seed = step_seed(self.base.seed, 999, self.same_prompts);
                 let (r, _) = step(&b, c, out, "max-throughput").await?;
+                if let Some(why) = r.summary.workload_failure() {
+                    return Err(Error::config(format!("the max-throughput step failed: {why}")));
+                }
                 let max = Some(r.summary.metrics.request_throughput)
                     .filter(|m| *m > 0.0)
                     .ok_or_else(|| Error::config("the max-throughput step completed nothing"))?;
@@ -200,6 +203,7 @@ impl Sweep {
             }
         };
         let mut steps = Vec::new();
+        let mut failed = None;
         for (i, v) in values.iter().enumerate() {
             if self.base.control.stopped() {
                 notes.push(format!("stopped after {i} of {} steps", values.len()));
@@ -218,8 +222,19 @@ impl Sweep {
             let (r, shown) =
                 step(&b, &c, &mut out, &format!("step-{i:02}-{}-{v}", kind.as_str())).await?;
             steps.push(SweepStep::of(kind, *v, &shown, &r.summary));
+            // every later step would build its requests the same way: stop, and say why
+            if let Some(why) = r.summary.workload_failure() {
+                failed = Some(format!(
+                    "step {} of {} ({} {v}): {why}",
+                    i + 1,
+                    values.len(),
+                    kind.as_str()
+                ));
+                break;
+            }
         }
-        let report = SweepReport::new(kind, steps, self.same_prompts, notes);
+        let mut report = SweepReport::new(kind, steps, self.same_prompts, notes);
+        report.failed = failed;
         if let Some(d) = out.get()? {
             d.write_sweep(&report)?;
         }
@@ -320,6 +335,11 @@ fn probe_verdict(
     (why, limit)
 }
 
+/// Whether the search failed: its last probe's workload ended on an error.
+fn failed(probes: &[SloProbe]) -> bool {
+    probes.last().is_some_and(|p| p.limited_by.as_deref() == Some("workload"))
+}
+
 impl SloSearch {
     /// A search over the request rate from 1 req/s, 200 requests per probe.
     pub fn new(base: Benchmark, objectives: SloSet) -> Self {
@@ -375,7 +395,10 @@ impl SloSearch {
         });
         let (r, shown) = step(&b, c, out, &format!("probe-{i:02}-{name}-{x}")).await?;
         let s = &r.summary;
-        let (why, limited_by) = probe_verdict(s, self.max_error_rate, by_rate.then_some(x));
+        let (why, limited_by) = match s.workload_failure() {
+            Some(w) => (vec![w], Some("workload".to_owned())),
+            None => probe_verdict(s, self.max_error_rate, by_rate.then_some(x)),
+        };
         let values = s
             .metrics
             .slo_verdict
@@ -410,6 +433,9 @@ impl SloSearch {
             let p = self.probe(&c, &mut out, probes.len(), x).await?;
             let pass = p.pass;
             probes.push(p);
+            if failed(&probes) {
+                break;
+            }
             if !pass {
                 hi = Some(x);
                 break;
@@ -422,7 +448,11 @@ impl SloSearch {
         }
         while let (Some(l), Some(h)) = (lo, hi) {
             let narrow = if by_rate { (h - l) / h <= self.tolerance } else { h - l <= 1.0 };
-            if narrow || probes.len() >= self.max_probes || self.base.control.stopped() {
+            if narrow
+                || probes.len() >= self.max_probes
+                || self.base.control.stopped()
+                || failed(&probes)
+            {
                 break;
             }
             let mid =
@@ -442,7 +472,15 @@ impl SloSearch {
         Ok(report)
     }
 
+    /// The report of `probes`; a search whose last probe's workload ended on an error has
+    /// no answer (nor a first failing load) and says so in `failed`.
     fn report(&self, probes: Vec<SloProbe>, lo: Option<f64>, hi: Option<f64>) -> SloReport {
+        let over = if self.over == SearchOver::Rate { "rate" } else { "concurrency" };
+        let failed = probes
+            .last()
+            .filter(|_| failed(&probes))
+            .map(|p| format!("probe {} ({over} {}): {}", probes.len(), p.value, p.why.join("; ")));
+        let (lo, hi) = if failed.is_some() { (None, None) } else { (lo, hi) };
         let limited = |l: &str| probes.iter().any(|p| p.limited_by.as_deref() == Some(l));
         let mut notes = Vec::new();
         if limited("client") {
@@ -454,13 +492,13 @@ impl SloSearch {
                 self.max_error_rate * 100.0
             ));
         }
-        if hi.is_none() {
+        if hi.is_none() && failed.is_none() {
             notes.push(format!(
                 "every probe up to {} passed: the answer is a lower bound",
                 lo.unwrap_or(self.max)
             ));
         }
-        if lo.is_none() {
+        if lo.is_none() && failed.is_none() {
             notes.push(format!("the first probe ({}) already failed: lower --start", self.start));
         }
         if self.base.control.stopped() {
@@ -468,7 +506,7 @@ impl SloSearch {
         }
         SloReport {
             schema_version: 1,
-            search: if self.over == SearchOver::Rate { "rate" } else { "concurrency" }.into(),
+            search: over.into(),
             objectives: self.objectives.to_string(),
             tolerance: self.tolerance,
             requests_per_probe: self.requests_per_probe,
@@ -476,6 +514,7 @@ impl SloSearch {
             first_failing: hi,
             probes,
             notes,
+            failed,
         }
     }
 
