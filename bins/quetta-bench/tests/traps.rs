@@ -195,6 +195,26 @@ fn a_sweep_or_slo_search_whose_workload_cannot_build_its_prompts_stops_and_fails
     assert!(o.status.success(), "{}", text(&o));
     let html = std::fs::read_to_string(sweep.join("report.html")).unwrap();
     assert!(html.contains("<p class=\"banner\">FAILED: step 1 of 3"), "a failure banner");
+    // a sweep that measures its maximum first fails the same way there
+    let auto = d.join("auto");
+    let o = run(&[
+        &["sweep", "--rates", "auto", "--auto-concurrency", "2"][..],
+        &["--output-dir", auto.to_str().unwrap()],
+        &common,
+    ]
+    .concat());
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("error: the sweep failed at the max-throughput step (concurrency 2)"),
+        "{t}"
+    );
+    let r = json(&auto.join("sweep.json"));
+    valid(quetta::report::schema::SWEEP, &r);
+    assert!(
+        r["steps"].as_array().unwrap().is_empty() && r["failed"].as_str().unwrap().contains(why),
+        "{r}"
+    );
     let o = run(&[
         &["slo", "--slo", "ttft:p99<500ms", "--min-requests", "4"][..],
         &["--output-dir", slo.to_str().unwrap()],

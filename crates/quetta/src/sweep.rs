@@ -150,12 +150,14 @@ impl Sweep {
         }
     }
 
-    /// The rates of an open-loop sweep (measuring the maximum first for `AutoRates`).
+    /// The rates of an open-loop sweep (measuring the maximum first for `AutoRates`); none,
+    /// and why in `failed`, when the max-throughput step's workload ended on an error.
     async fn rates_of(
         &self,
         c: &Connected,
         out: &mut OutDir,
         notes: &mut Vec<String>,
+        failed: &mut Option<String>,
     ) -> Result<Vec<f64>> {
         match &self.steps {
             Steps::Rates(r) => Ok(r.clone()),
@@ -167,7 +169,9 @@ impl Sweep {
                 b.seed = step_seed(self.base.seed, 999, self.same_prompts);
                 let (r, _) = step(&b, c, out, "max-throughput").await?;
                 if let Some(why) = r.summary.workload_failure() {
-                    return Err(Error::config(format!("the max-throughput step failed: {why}")));
+                    *failed =
+                        Some(format!("the max-throughput step (concurrency {concurrency}): {why}"));
+                    return Ok(Vec::new());
                 }
                 let max = Some(r.summary.metrics.request_throughput)
                     .filter(|m| *m > 0.0)
@@ -187,6 +191,7 @@ impl Sweep {
         let c = self.base.target.connect().await?;
         let mut out = OutDir::of(&self.base);
         let mut notes = Vec::new();
+        let mut failed = None;
         let (kind, values): (SweepKind, Vec<f64>) = match &self.steps {
             Steps::Concurrencies(cs) => {
                 if cs.is_empty() || cs.contains(&0) {
@@ -195,7 +200,7 @@ impl Sweep {
                 (SweepKind::Concurrency, cs.iter().map(|&c| c as f64).collect())
             }
             _ => {
-                let r = self.rates_of(&c, &mut out, &mut notes).await?;
+                let r = self.rates_of(&c, &mut out, &mut notes, &mut failed).await?;
                 if r.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
                     return Err(Error::config("rates must be positive numbers"));
                 }
@@ -203,7 +208,6 @@ impl Sweep {
             }
         };
         let mut steps = Vec::new();
-        let mut failed = None;
         for (i, v) in values.iter().enumerate() {
             if self.base.control.stopped() {
                 notes.push(format!("stopped after {i} of {} steps", values.len()));
