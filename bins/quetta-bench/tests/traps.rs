@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{bin, json, run, text, tmpdir, valid, SUMMARY_SCHEMA};
+use quetta::report::schema;
 
 #[test]
 fn a_bare_number_in_a_duration_flag_is_seconds() {
@@ -174,21 +175,23 @@ fn a_sweep_or_slo_search_whose_workload_cannot_build_its_prompts_stops_and_fails
     let tok = d.join("tokenizer.json");
     std::fs::write(&tok, KNOWS_NO_WORD).unwrap();
     let why = "request 0: invalid prompt length: could not build a prompt of exactly";
-    let (sweep, slo) = (d.join("sweep"), d.join("slo"));
+    let (sweep, auto, slo) = (d.join("sweep"), d.join("auto"), d.join("slo"));
     let common = ["--tokenizer", tok.to_str().unwrap(), "--num-requests", "4", "-q"];
-    let o = run(&[
-        &["sweep", "--concurrencies", "1,2,4", "--output-dir", sweep.to_str().unwrap()][..],
-        &common,
-    ]
-    .concat());
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
+    // the command with `common` and `--output-dir out` exits 1; its output, and FILE of `out`
+    // (valid against its schema)
+    let fails = |args: &[&str], out: &Path, file: &str, schema: &str| {
+        let o = run(&[args, &common, &["--output-dir", out.to_str().unwrap()]].concat());
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        let r = json(&out.join(file));
+        valid(schema, &r);
+        (t, r)
+    };
+    let (t, r) = fails(&["sweep", "--concurrencies", "1,2,4"], &sweep, "sweep.json", schema::SWEEP);
     assert!(
         t.contains("error: the sweep failed at step 1 of 3 (concurrency 1)") && t.contains(why),
         "{t}"
     );
-    let r = json(&sweep.join("sweep.json"));
-    valid(quetta::report::schema::SWEEP, &r);
     assert_eq!(r["steps"].as_array().unwrap().len(), 1, "no step after the failed one: {r}");
     assert!(r["failed"].as_str().unwrap().contains(why), "{r}");
     let o = run(&["report", sweep.to_str().unwrap()]);
@@ -196,37 +199,20 @@ fn a_sweep_or_slo_search_whose_workload_cannot_build_its_prompts_stops_and_fails
     let html = std::fs::read_to_string(sweep.join("report.html")).unwrap();
     assert!(html.contains("<p class=\"banner\">FAILED: step 1 of 3"), "a failure banner");
     // a sweep that measures its maximum first fails the same way there
-    let auto = d.join("auto");
-    let o = run(&[
-        &["sweep", "--rates", "auto", "--auto-concurrency", "2"][..],
-        &["--output-dir", auto.to_str().unwrap()],
-        &common,
-    ]
-    .concat());
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
+    let args = ["sweep", "--rates", "auto", "--auto-concurrency", "2"];
+    let (t, r) = fails(&args, &auto, "sweep.json", schema::SWEEP);
     assert!(
         t.contains("error: the sweep failed at the max-throughput step (concurrency 2)"),
         "{t}"
     );
-    let r = json(&auto.join("sweep.json"));
-    valid(quetta::report::schema::SWEEP, &r);
     assert!(
         r["steps"].as_array().unwrap().is_empty() && r["failed"].as_str().unwrap().contains(why),
         "{r}"
     );
-    let o = run(&[
-        &["slo", "--slo", "ttft:p99<500ms", "--min-requests", "4"][..],
-        &["--output-dir", slo.to_str().unwrap()],
-        &common,
-    ]
-    .concat());
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
+    let args = ["slo", "--slo", "ttft:p99<500ms", "--min-requests", "4"];
+    let (t, r) = fails(&args, &slo, "slo.json", schema::SLO);
     assert!(t.contains("error: the search failed at probe 1 (rate 1)") && t.contains(why), "{t}");
     assert!(!t.contains("even 1 fails"), "the server is not blamed: {t}");
-    let r = json(&slo.join("slo.json"));
-    valid(quetta::report::schema::SLO, &r);
     assert_eq!((r["answer"].is_null(), r["probes"].as_array().unwrap().len()), (true, 1), "{r}");
     assert_eq!(r["probes"][0]["limited_by"], "workload", "{r}");
 }
