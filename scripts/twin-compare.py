@@ -6,10 +6,12 @@ usage: twin-compare.py BASE_URL SERVER_MODEL.json TOKENIZER OUT_DIR [N_REQUESTS]
 (prompts of 128-1,024 tokens with outputs of 64-256: 576 160 0.778 0.6)
 
 For closed loops at concurrency 1, 2, 4 and 8 and Poisson arrivals at 50 % and 90 % of the
-capacity measured at concurrency 8, the same workload runs three times: against the server,
-against the live twin (quetta-bench run --sim-model, real time) and predicted by the twin
-(--predict, virtual clock). Prints a Markdown table of TTFT p50/p90, TPOT p50, E2E p50 and
-output throughput with the twin's error against the server.
+capacity measured at concurrency 8: first `quetta-probe recheck` rescales the model to the
+server's speed of that moment (six lone requests), then the same workload runs against the
+server, against the live rechecked twin (quetta-bench run --sim-model, real time), predicted
+by the rechecked twin (--predict, virtual clock) and predicted by the calibration's model as
+it is. Prints the recheck factors and a Markdown table of TTFT p50/p90, TPOT p50, E2E p50
+and output throughput with each twin's error against the server.
 
 It keeps itself and the runs it starts off the CPU scripts/llama-server-start.sh pins the server
 to (QUETTA_LLAMA_CPU, else the last CPU), as a client on its own machine would be.
@@ -21,6 +23,7 @@ import sys
 import time
 
 bench = os.environ.get("QUETTA_BENCH", "target/release/quetta-bench")
+probe = os.environ.get("QUETTA_PROBE", os.path.join(os.path.dirname(bench), "quetta-probe"))
 url, model, tok, out = sys.argv[1:5]
 n = sys.argv[5] if len(sys.argv) > 5 else "12"
 inp, outp, ratio = (sys.argv[6:9] if len(sys.argv) > 8 else ("256", "128", "0.5"))
@@ -41,11 +44,13 @@ salt = int(time.time()) % 1_000_000
 seeds = {}
 
 
-def run(name, kind, load, requests=None):
+def run(name, kind, load, requests=None, sim_model=None):
     seed = seeds.setdefault(name, str(salt * 100 + len(seeds)))
     d = os.path.join(out, f"{name}-{kind}")
-    target = {"real": ["--base-url", url], "live": ["--sim-model", model],
-              "predicted": ["--sim-model", model, "--predict"]}[kind]
+    m = sim_model or model
+    target = {"real": ["--base-url", url], "live": ["--sim-model", m],
+              "predicted": ["--sim-model", m, "--predict"],
+              "calibration": ["--sim-model", model, "--predict"]}[kind]
     cmd = [bench, "run", *target, *common, "--num-requests", requests or n, "--seed", seed, *load,
            "--output-dir", d]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -55,29 +60,48 @@ def run(name, kind, load, requests=None):
         return json.load(f)
 
 
+def recheck(name):
+    """The model rescaled to the server's speed now (quetta-probe recheck): its path and factors."""
+    m = os.path.join(out, f"recheck-{name}.json")
+    cmd = [probe, "recheck", "--base-url", url, "--server-model", model,
+           "--output-dir", os.path.join(out, f"recheck-{name}"), "-o", m]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
+    with open(m) as f:
+        re = json.load(f)["rechecked"]
+    return m, re["prefill_factor"], re["decode_factor"]
+
+
 def figures(s):
     m = s if "ttft_ms" in s else s["metrics"]
     return {"TTFT p50": m["ttft_ms"]["p50"], "TTFT p90": m["ttft_ms"]["p90"], "TPOT p50": m["tpot_ms"]["p50"],
             "E2E p50": m["e2e_ms"]["p50"], "output tok/s": m["output_token_throughput"]}
 
 
-def reference(tag):
-    """The server's speed against the twin's: mean E2E of the server over the prediction's,
-    on a few closed-1 requests of their own (prompts of their own)."""
-    load = ["--concurrency", "1"]
-    real = run(f"reference-{tag}", "real", load, "6")
-    pred = run(f"reference-{tag}", "predicted", load, "6")
-    m = lambda s: (s if "e2e_ms" in s else s["metrics"])["e2e_ms"]["mean"]
-    return m(real) / m(pred)
-
-
-ref_before = reference("before")
 rows = []
+factors = []
 loads = [(f"closed c={c}", ["--concurrency", str(c)]) for c in (1, 2, 4, 8)]
+kinds = ("real", "live", "predicted", "calibration")
+
+
+def measure(name, tag, load):
+    m, pf, df = recheck(tag)
+    factors.append((name, pf, df))
+    got = {k: figures(run(tag, k, load, sim_model=m)) for k in kinds}
+    rows.append((name, got))
+    # as it goes, for a table that takes an hour
+    errs = {k: {metric: (got[k][metric] / real - 1) * 100 for metric, real in got["real"].items()}
+            for k in kinds[1:]}
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck prefill x{pf:.3f} decode x{df:.3f}; "
+          + "; ".join(f"{k} " + ", ".join(f"{mm} {e:+.1f}%" for mm, e in v.items()) for k, v in errs.items()),
+          file=sys.stderr, flush=True)
+
+
 capacity = None
 for name, load in loads:
-    got = {k: figures(run(name.replace(" ", "-").replace("=", ""), k, load)) for k in ("real", "live", "predicted")}
-    rows.append((name, got))
+    tag = name.replace(" ", "-").replace("=", "")
+    measure(name, tag, load)
     if name == "closed c=8":
         with open(os.path.join(out, "closed-c8-real", "summary.json")) as f:
             c8 = json.load(f)
@@ -85,21 +109,20 @@ for name, load in loads:
 for frac in (0.5, 0.9):
     rate = capacity * frac
     load = ["--request-rate", f"{rate:.4f}", "--arrival", "poisson"]
-    name = f"Poisson {int(frac * 100)} % ({rate:.3f} req/s)"
-    got = {k: figures(run(f"poisson-{int(frac * 100)}", k, load)) for k in ("real", "live", "predicted")}
-    rows.append((name, got))
+    measure(f"Poisson {int(frac * 100)} % ({rate:.3f} req/s)", f"poisson-{int(frac * 100)}", load)
 
-ref_after = reference("after")
 print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s")
-print(f"server speed against the twin (closed 1, 6 requests, server mean E2E / predicted): "
-      f"before {(ref_before - 1) * 100:+.1f} %, after {(ref_after - 1) * 100:+.1f} %\n")
-print("| load | metric | server | live twin | error | predicted | error |")
-print("|---|---|---:|---:|---:|---:|---:|")
+print("the server against the calibration before each load (quetta-probe recheck, 6 lone requests):")
+for name, pf, df in factors:
+    print(f"  {name}: prefill x{pf:.3f}, decode x{df:.3f}")
+print()
+print("| load | metric | server | live, rechecked | error | predicted, rechecked | error | predicted, calibration | error |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 worst = {}
 for name, got in rows:
     for metric, real in got["real"].items():
         cells = []
-        for k in ("live", "predicted"):
+        for k in ("live", "predicted", "calibration"):
             v = got[k][metric]
             err = (v - real) / real * 100 if real else float("nan")
             worst[(metric, k)] = max(worst.get((metric, k), 0.0), abs(err))

@@ -136,6 +136,28 @@ enum Cmd {
         #[arg(short = 'o', long, default_value = "server-model.json")]
         output: PathBuf,
     },
+    /// A calibrated model against its server now: a few lone requests, each against the
+    /// model's prediction, and the model rescaled to the server's present prefill and decode
+    /// speed (`-o`).
+    Recheck {
+        #[command(flatten)]
+        c: Common,
+        /// The model to check (`quetta-probe calibrate -o FILE`).
+        #[arg(long)]
+        server_model: PathBuf,
+        /// Requests, one after another.
+        #[arg(long, default_value_t = 6)]
+        requests: u32,
+        /// Prompt lengths (words), taken in turn.
+        #[arg(long, default_value = "128,512", value_delimiter = ',')]
+        prompt_words: Vec<u32>,
+        /// Tokens each request generates.
+        #[arg(long, default_value_t = 32)]
+        decode_tokens: u32,
+        /// Where the rescaled model goes (default: none written, the factors printed).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
     /// Sample NVIDIA GPUs through NVML (power, energy, utilisation, memory, clocks, temperature).
     Gpu {
         #[arg(long, default_value = "10")]
@@ -251,6 +273,16 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
             };
             return calibrated(&ctx, c, &o, output).await;
         }
+        Cmd::Recheck { c, server_model, requests, prompt_words, decode_tokens, output } => {
+            let model = quetta::sim::model::ServerModel::load(server_model)?;
+            let ctx = context(c).await?;
+            let o = quetta_probe::recheck::RecheckOptions {
+                requests: *requests,
+                prompt_words: prompt_words.clone(),
+                decode_tokens: *decode_tokens,
+            };
+            return rechecked(&ctx, c, &model, &o, output.as_deref()).await;
+        }
         Cmd::Gpu { .. } | Cmd::Kernels { .. } => unreachable!("handled in main"),
     };
     let (ctx, res) = out;
@@ -318,6 +350,56 @@ async fn calibrated(
         );
     }
     println!("wrote {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rechecked(
+    ctx: &ProbeContext,
+    c: &Common,
+    model: &quetta::sim::model::ServerModel,
+    o: &quetta_probe::recheck::RecheckOptions,
+    output: Option<&std::path::Path>,
+) -> Result<ExitCode> {
+    if model.model != ctx.model {
+        eprintln!(
+            "quetta-probe recheck: warning: the model file was calibrated on {:?} at {}; this server serves {:?}",
+            model.model, model.server, ctx.model
+        );
+    }
+    let r = match quetta_probe::recheck::recheck(ctx, model, o).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("quetta-probe recheck: no model written: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let kind = server_kind(ctx).await;
+    let files = probes::write(&r.output, ctx, &c.output_dir, &kind)?;
+    print(&r.output, &files);
+    let spread = |v: Vec<f64>| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{lo:.3}–{hi:.3}")
+    };
+    println!(
+        "the server against the model: prefill ×{:.3} (requests {}), decode ×{:.3} (requests {}) over {} requests",
+        r.prefill_factor,
+        spread(r.points.iter().map(|p| p.prefill_ratio).collect()),
+        r.decode_factor,
+        spread(r.points.iter().map(|p| p.decode_ratio).collect()),
+        r.points.len()
+    );
+    if let Some(re) = r.model.rechecked {
+        println!(
+            "against the calibration: prefill ×{:.3}, decode ×{:.3}",
+            re.prefill_factor, re.decode_factor
+        );
+    }
+    if let Some(out) = output {
+        std::fs::write(out, r.model.to_json())
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        println!("wrote {}", out.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -196,6 +196,7 @@ fn known_model() -> quetta_sim::model::ServerModel {
         emit_overhead_ms: 0.0,
         gather_ms: 2.0,
         fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },
+        rechecked: None,
     }
 }
 
@@ -279,4 +280,92 @@ fn calibrate_writes_no_model_it_could_not_fit() {
     ]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(!out.exists());
+}
+
+/// A recheck finds how much slower a server's prompts and faster its decode run than its
+/// model says, writes the model rescaled to them (valid against the schema, loading back),
+/// and a recheck of that rescaled model against the same server finds it right.
+#[test]
+fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
+    let calibrated = known_model();
+    // the server now: prompts 1.6 times slower, decode steps at 0.8 of their time
+    let mut now = calibrated.clone();
+    for v in [&mut now.step.prefill_token_ms, &mut now.step.prefill_step_ms] {
+        *v *= 1.6;
+    }
+    for v in [&mut now.step.base_ms, &mut now.step.decode_seq_ms] {
+        *v *= 0.8;
+    }
+    let sim =
+        Simulator::start(SimConfig { server_model: Some(now.clone()), ..SimConfig::default() })
+            .unwrap();
+    let d = tmp("recheck");
+    std::fs::create_dir_all(&d).unwrap();
+    let (m0, m1, m2) = (d.join("m0.json"), d.join("m1.json"), d.join("m2.json"));
+    std::fs::write(&m0, calibrated.to_json()).unwrap();
+    let recheck = |model: &Path, out: &Path| {
+        let o = probe(&[
+            "recheck",
+            "--base-url",
+            &sim.base_url(),
+            "--server-model",
+            model.to_str().unwrap(),
+            "--prompt-words",
+            "512,1024",
+            "--decode-tokens",
+            "24",
+            "--output-dir",
+            d.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains("the server against the model: prefill ×"), "{t}");
+        meta(&d, "recheck");
+        (quetta_sim::model::ServerModel::load(out).unwrap(), t)
+    };
+    let (r1, t1) = recheck(&m0, &m1);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&m1).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/schema/server_model.schema.json"))
+            .unwrap();
+    let val = jsonschema::validator_for(&schema).unwrap();
+    let errs: Vec<String> =
+        val.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errs.is_empty(), "{errs:?}\n{v:#}");
+    let near = |got: f64, want: f64, tol: f64, what: &str, t: &str| {
+        assert!((got - want).abs() <= tol * want, "{what}: {got:.4} for {want} (±{tol})\n{t}");
+    };
+    let re = r1.rechecked.expect("the rescaled model says it was rechecked");
+    assert_eq!(re.requests, 6);
+    near(re.prefill_factor, 1.6, 0.1, "prefill factor", &t1);
+    near(re.decode_factor, 0.8, 0.1, "decode factor", &t1);
+    near(r1.step.prefill_token_ms, now.step.prefill_token_ms, 0.1, "prefill_token_ms", &t1);
+    near(r1.step.decode_seq_ms, now.step.decode_seq_ms, 0.1, "decode_seq_ms", &t1);
+    // the shape stays the calibration's: limits and fixed overheads untouched
+    assert_eq!((r1.max_seqs, r1.kv_tokens, r1.gather_ms), (4, 4 * 4096, 2.0));
+    // rechecked again, the rescaled model is right, and its factors stay the calibration's
+    let (r2, t2) = recheck(&m1, &m2);
+    let re2 = r2.rechecked.unwrap();
+    near(re2.prefill_factor, 1.6, 0.1, "prefill factor after two rechecks", &t2);
+    near(re2.decode_factor, 0.8, 0.1, "decode factor after two rechecks", &t2);
+    near(re2.prefill_factor / re.prefill_factor, 1.0, 0.06, "second prefill factor", &t2);
+    near(re2.decode_factor / re.decode_factor, 1.0, 0.06, "second decode factor", &t2);
+    // a server that does not answer: no model written
+    let bad = d.join("bad.json");
+    let o = probe(&[
+        "recheck",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--server-model",
+        m0.to_str().unwrap(),
+        "--output-dir",
+        d.to_str().unwrap(),
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && !bad.exists(), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&d);
 }

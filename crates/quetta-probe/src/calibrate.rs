@@ -751,6 +751,7 @@ pub async fn calibrate(
             max_seqs_observed: slots,
             max_seqs_probe: o.seqs_probe,
         },
+        rechecked: None,
     };
     model.check().map_err(|(f, m)| ProbeError::Invalid(format!("the fitted model's {f}: {m}")))?;
     let mut rows = Vec::new();

@@ -9,6 +9,8 @@
 //!   tokens, decode grid, herd, KV capacity, stage split), each writing a CSV and a
 //!   `meta.json` sidecar.
 //! - [`calibrate`]: the probes and fits behind a twin's server model (`quetta-sim --server-model`).
+//! - [`recheck`]: a calibrated model against its server now, rescaled to the server's
+//!   present speed.
 //! - [`kernels`]: summaries of CUDA kernel activity recorded by the `quetta-cupti`
 //!   injection library.
 
@@ -17,5 +19,6 @@ pub mod gpu;
 pub mod kernels;
 pub mod probes;
 pub mod prom;
+pub mod recheck;
 pub mod scrape;
 pub mod server;

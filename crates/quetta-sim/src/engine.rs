@@ -307,6 +307,7 @@ mod tests {
                 max_seqs_observed: max_seqs,
                 max_seqs_probe: 0,
             },
+            rechecked: None,
         }
     }
 

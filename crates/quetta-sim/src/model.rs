@@ -143,6 +143,27 @@ pub struct ServerModel {
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub gather_ms: f64,
     pub fits: Fits,
+    /// The last `quetta-probe recheck` that rescaled the calibrated step times to the
+    /// server's speed of that moment (absent: the calibration's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rechecked: Option<Recheck>,
+}
+
+/// A rescale of a calibrated model to its server's present speed (`quetta-probe recheck`):
+/// the prompt terms of [`StepTime`] (`prefill_token_ms`, `prefill_pair_mt_ms`,
+/// `cached_token_ms`, `prefill_step_ms`) were multiplied by `prefill_factor`, the decode
+/// terms (`base_ms`, `decode_seq_ms`, `context_kt_ms`, `context_over_kt_ms`,
+/// `multi_seq_ms`) by `decode_factor`; both against the calibration, over every recheck
+/// since.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recheck {
+    /// When the last recheck ran (Unix seconds).
+    pub unix_s: u64,
+    /// Requests that recheck measured.
+    pub requests: u32,
+    pub prefill_factor: f64,
+    pub decode_factor: f64,
 }
 
 /// A server model that cannot be read or used.
@@ -276,6 +297,50 @@ impl ServerModel {
                 *v /= x;
             }
         }
+        self.check()?;
+        Ok(self)
+    }
+
+    /// This model at its server's present speed: prompt terms times `prefill`, decode terms
+    /// times `decode` (see [`Recheck`]); `rechecked` records the factors against the
+    /// calibration, `requests` and `unix_s` the recheck.
+    pub fn rescaled(
+        mut self,
+        prefill: f64,
+        decode: f64,
+        requests: u32,
+        unix_s: u64,
+    ) -> Result<Self, (&'static str, String)> {
+        for (f, x) in [("prefill_factor", prefill), ("decode_factor", decode)] {
+            if !(x.is_finite() && x > 0.0) {
+                return Err((f, format!("{x} is not a positive factor")));
+            }
+        }
+        let s = &mut self.step;
+        for v in [
+            &mut s.prefill_token_ms,
+            &mut s.prefill_pair_mt_ms,
+            &mut s.cached_token_ms,
+            &mut s.prefill_step_ms,
+        ] {
+            *v *= prefill;
+        }
+        for v in [
+            &mut s.base_ms,
+            &mut s.decode_seq_ms,
+            &mut s.context_kt_ms,
+            &mut s.context_over_kt_ms,
+            &mut s.multi_seq_ms,
+        ] {
+            *v *= decode;
+        }
+        let (p0, d0) = self.rechecked.map_or((1.0, 1.0), |r| (r.prefill_factor, r.decode_factor));
+        self.rechecked = Some(Recheck {
+            unix_s,
+            requests,
+            prefill_factor: p0 * prefill,
+            decode_factor: d0 * decode,
+        });
         self.check()?;
         Ok(self)
     }

@@ -345,8 +345,14 @@ impl Benchmark {
             ));
         }
         notes.push(format!(
-            "predicted by the twin of {} ({}), not measured: {}",
-            model.server, model.model, "docs/SIMULATOR.md"
+            "predicted by the twin of {} ({}), not measured: {}{}",
+            model.server,
+            model.model,
+            "docs/SIMULATOR.md",
+            model.rechecked.map_or(String::new(), |r| format!(
+                "; the model was rechecked (quetta-probe recheck) at prefill ×{:.3} and decode ×{:.3} of its calibration",
+                r.prefill_factor, r.decode_factor
+            ))
         ));
         let started = Instant::now();
         let sim = simulate(model, &mut *work, pace, cfg.stream);
