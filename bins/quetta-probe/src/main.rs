@@ -116,7 +116,8 @@ enum Cmd {
         /// context cost: keep it near the longest prompts the twin will see).
         #[arg(long, default_value = "32,256,1024", value_delimiter = ',')]
         decode_contexts: Vec<u32>,
-        /// Requests of each prompt length.
+        /// Requests of each prompt length; the fit takes each length's median (3: one
+        /// slow request among them does not pull it).
         #[arg(long, default_value_t = 2)]
         repeats: u32,
         /// Tokens each stream of the decode probe generates.

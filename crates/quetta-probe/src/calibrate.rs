@@ -43,6 +43,8 @@ pub struct CalibrateOptions {
     pub max_context: u32,
     /// Prompt lengths (words) of the prefill probe.
     pub prefill_lengths: Vec<u32>,
+    /// Requests of each prompt length; the fit takes each length's median (three: one slow
+    /// request does not pull it).
     pub repeats: u32,
     /// Context lengths (words) of the decode probe.
     pub decode_contexts: Vec<u32>,
@@ -393,6 +395,29 @@ fn refuse_noisy(what: &str, x: &[Vec<f64>], y: &[f64], r2: f64) -> Result<(), Pr
     Ok(())
 }
 
+/// Each prompt length's median TTFT over its repeats (of an even count the mean of the middle
+/// two, tokens too): one slow request among three, a hiccup of the server or its host, no
+/// longer pulls the prefill fit (a calibration of 2026-12-05 on llama.cpp: a 1,362-token
+/// prompt in 18.2 s beside 12.2 and 12.4 s, and a 339-token one in 4.1 s beside 3.4 and 3.2,
+/// gave a fit of R² 0.90 through every request). `pre` holds each length's repeats together.
+fn median_repeats(pre: &[Point], repeats: usize) -> Vec<Point> {
+    pre.chunks(repeats.max(1))
+        .map(|c| {
+            let mut v: Vec<&Point> = c.iter().collect();
+            v.sort_by(|a, b| a.y.total_cmp(&b.y));
+            let m = v.len() / 2;
+            let (a, b) = if v.len() % 2 == 1 { (v[m], v[m]) } else { (v[m - 1], v[m]) };
+            Point {
+                what: a.what,
+                x: a.x.iter().zip(&b.x).map(|(p, q)| (p + q) / 2.0).collect(),
+                y: (a.y + b.y) / 2.0,
+                extra: a.extra,
+                cached: (a.cached + b.cached) / 2,
+            }
+        })
+        .collect()
+}
+
 /// The decode grid at most this many times: a grid whose fit is under [`MIN_R2`] is measured
 /// again, and each point is the median of its rounds (a point's one slow round, another
 /// process or the server's own hiccup, no longer decides the fit).
@@ -665,7 +690,9 @@ pub async fn calibrate(
     batches.dedup();
     let (dec, df, decode_rounds) = decode_measured(ctx, o, &batches, t0).await?;
     let dr2 = df.r2;
-    let py: Vec<f64> = pre.iter().map(|p| p.y).collect();
+    // the fit and its quality on each length's median, as the decode grid's on each point's
+    let pre_med = median_repeats(&pre, o.repeats as usize);
+    let py: Vec<f64> = pre_med.iter().map(|p| p.y).collect();
     let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
     // base + d·B: a gap must cost something; tiny negative slopes (noise) are taken as 0
     let (base, d, c) = (df.base.max(0.0), df.d.max(0.0), (df.c * 1e3).max(0.0));
@@ -673,7 +700,7 @@ pub async fn calibrate(
     if base + d <= 0.0 {
         return Err(ProbeError::Invalid("decode steps came out free".into()));
     }
-    let (intercept, pb, pr2) = fit_prefill(&pre, base)?;
+    let (intercept, pb, pr2) = fit_prefill(&pre_med, base)?;
     let (cached, new, warm) = prefix(ctx, o, t0).await?;
     // a lone request's TTFT holds the gather window: the fitted intercept is the arrival
     // overhead and the window together (an intercept under the window, a few ms of TTFTs of
@@ -722,8 +749,9 @@ pub async fn calibrate(
     step.prefill_step_ms = prefill_step;
     // a lone prompt: its arrival overhead and the gather window, then its step
     let before = overhead + gather_ms;
-    let ppred: Vec<f64> =
-        pre.iter().map(|p| before + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0)).collect();
+    let lone_ttft = |p: &Point| before + step.ms(p.x[0] as u64, p.x[1] * 1e6, p.cached, 0, 0);
+    let ppred: Vec<f64> = pre.iter().map(lone_ttft).collect();
+    let ppred_med: Vec<f64> = pre_med.iter().map(lone_ttft).collect();
     let extra = extra_tokens(&pre);
     let dpred: Vec<f64> =
         dec.iter().map(|p| step.ms(0, 0.0, 0, p.x[0] as u64, p.x[1] as u64)).collect();
@@ -746,7 +774,7 @@ pub async fn calibrate(
         emit_overhead_ms: 0.0,
         gather_ms,
         fits: Fits {
-            prefill: quality(&py, &ppred, pr2),
+            prefill: quality(&py, &ppred_med, pr2),
             decode: quality(&dy, &dpred, dr2),
             max_seqs_observed: slots,
             max_seqs_probe: o.seqs_probe,
@@ -878,6 +906,37 @@ mod tests {
         assert!((f.c - 0.01).abs() < 1e-5, "{f:?}");
         assert_eq!(f.over, 0.0, "a straight grid has no knee: {f:?}");
         assert!(refuse_noisy("decode", &[vec![1.0]], &[1.0], 0.5).is_err());
+    }
+
+    /// Three repeats of four prompt lengths, one request of two lengths slow by half or by
+    /// a fifth (the host's hiccup): through every request the fit bends (R² under 0.99);
+    /// through each length's median it is the server's 10 ms a token and 100 ms again.
+    #[test]
+    fn the_median_of_repeats_outvotes_one_slow_prefill() {
+        let mut pre = Vec::new();
+        for (k, n) in [64.0, 350.0, 680.0, 1360.0].into_iter().enumerate() {
+            for rep in 0..3 {
+                let slow = match (k, rep) {
+                    (3, 0) => 1.5,
+                    (1, 2) => 1.2,
+                    _ => 1.0,
+                };
+                let x = vec![n + rep as f64, (n + rep as f64).powi(2) / 2.0 / 1e6];
+                let y = (100.0 + 10.0 * x[0]) * slow;
+                pre.push(Point { what: "prefill", x, y, extra: None, cached: 0 });
+            }
+        }
+        let (_, _, raw_r2) = fit_prefill(&pre, 0.0).unwrap();
+        assert!(raw_r2 < 0.99, "the slow requests bend the fit through all: R² {raw_r2}");
+        let med = median_repeats(&pre, 3);
+        assert_eq!(med.len(), 4);
+        let (intercept, b, r2) = fit_prefill(&med, 0.0).unwrap();
+        assert!(r2 > 0.9999, "R² {r2}");
+        assert!((b[1] - 10.0).abs() < 0.01 && (intercept - 100.0).abs() < 1.0, "{intercept} {b:?}");
+        // of two repeats, their mean
+        let two = median_repeats(&pre[..2], 2);
+        assert!((two[0].y - (pre[0].y + pre[1].y) / 2.0).abs() < 1e-9);
+        assert!((two[0].x[0] - 64.5).abs() < 1e-9);
     }
 
     /// The decode grid the real llama.cpp server gave `quetta-probe calibrate` on 2026-12-03
