@@ -13,6 +13,10 @@ by the rechecked twin (--predict, virtual clock) and predicted by the calibratio
 it is. Prints the recheck factors and a Markdown table of TTFT p50/p90, TPOT p50, E2E p50
 and output throughput with each twin's error against the server.
 
+QUETTA_TWIN_LOADS (comma-separated tags: closed-c1, closed-c2, closed-c4, closed-c8, poisson-50,
+poisson-90) runs only those loads; the Poisson loads then need QUETTA_TWIN_CAPACITY (req/s) unless
+closed-c8 runs too.
+
 It keeps itself and the runs it starts off the CPU scripts/llama-server-start.sh pins the server
 to (QUETTA_LLAMA_CPU, else the last CPU), as a client on its own machine would be.
 """
@@ -98,20 +102,28 @@ def measure(name, tag, load):
           file=sys.stderr, flush=True)
 
 
-capacity = None
+only = [t for t in os.environ.get("QUETTA_TWIN_LOADS", "").split(",") if t]
+capacity = float(os.environ["QUETTA_TWIN_CAPACITY"]) if os.environ.get("QUETTA_TWIN_CAPACITY") else None
 for name, load in loads:
     tag = name.replace(" ", "-").replace("=", "")
+    if only and tag not in only:
+        continue
     measure(name, tag, load)
     if name == "closed c=8":
         with open(os.path.join(out, "closed-c8-real", "summary.json")) as f:
             c8 = json.load(f)
             capacity = c8.get("request_throughput", c8.get("metrics", {}).get("request_throughput"))
 for frac in (0.5, 0.9):
+    if only and f"poisson-{int(frac * 100)}" not in only:
+        continue
+    if capacity is None:
+        sys.exit("the Poisson loads need the capacity: run closed-c8 too or set QUETTA_TWIN_CAPACITY")
     rate = capacity * frac
     load = ["--request-rate", f"{rate:.4f}", "--arrival", "poisson"]
     measure(f"Poisson {int(frac * 100)} % ({rate:.3f} req/s)", f"poisson-{int(frac * 100)}", load)
 
-print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s")
+if capacity is not None:
+    print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s")
 print("the server against the calibration before each load (quetta-probe recheck, 6 lone requests):")
 for name, pf, df in factors:
     print(f"  {name}: prefill x{pf:.3f}, decode x{df:.3f}")
