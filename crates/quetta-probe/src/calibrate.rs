@@ -409,10 +409,10 @@ fn median_repeats(pre: &[Point], repeats: usize) -> Vec<Point> {
             let (a, b) = if v.len() % 2 == 1 { (v[m], v[m]) } else { (v[m - 1], v[m]) };
             Point {
                 what: a.what,
-                x: a.x.iter().zip(&b.x).map(|(p, q)| (p + q) / 2.0).collect(),
-                y: (a.y + b.y) / 2.0,
+                x: a.x.iter().zip(&b.x).map(|(p, q)| f64::midpoint(*p, *q)).collect(),
+                y: f64::midpoint(a.y, b.y),
                 extra: a.extra,
-                cached: (a.cached + b.cached) / 2,
+                cached: u64::midpoint(a.cached, b.cached),
             }
         })
         .collect()
@@ -915,13 +915,14 @@ mod tests {
     fn the_median_of_repeats_outvotes_one_slow_prefill() {
         let mut pre = Vec::new();
         for (k, n) in [64.0, 350.0, 680.0, 1360.0].into_iter().enumerate() {
-            for rep in 0..3 {
+            for rep in 0..3u8 {
                 let slow = match (k, rep) {
                     (3, 0) => 1.5,
                     (1, 2) => 1.2,
                     _ => 1.0,
                 };
-                let x = vec![n + rep as f64, (n + rep as f64).powi(2) / 2.0 / 1e6];
+                let n = n + f64::from(rep);
+                let x = vec![n, n * n / 2.0 / 1e6];
                 let y = (100.0 + 10.0 * x[0]) * slow;
                 pre.push(Point { what: "prefill", x, y, extra: None, cached: 0 });
             }
@@ -935,7 +936,7 @@ mod tests {
         assert!((b[1] - 10.0).abs() < 0.01 && (intercept - 100.0).abs() < 1.0, "{intercept} {b:?}");
         // of two repeats, their mean
         let two = median_repeats(&pre[..2], 2);
-        assert!((two[0].y - (pre[0].y + pre[1].y) / 2.0).abs() < 1e-9);
+        assert!((two[0].y - f64::midpoint(pre[0].y, pre[1].y)).abs() < 1e-9);
         assert!((two[0].x[0] - 64.5).abs() < 1e-9);
     }
 
