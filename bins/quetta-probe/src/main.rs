@@ -212,6 +212,15 @@ async fn server_kind(ctx: &ProbeContext) -> String {
     }
 }
 
+/// A probe's CSV and meta file written in `dir` (the server's kind from its metrics), and
+/// its rows printed.
+async fn written(out: &ProbeOutput, ctx: &ProbeContext, dir: &std::path::Path) -> Result<()> {
+    let kind = server_kind(ctx).await;
+    let files = probes::write(out, ctx, dir, &kind)?;
+    print(out, &files);
+    Ok(())
+}
+
 fn print(out: &ProbeOutput, files: &(PathBuf, PathBuf)) {
     println!("{}", out.header.join("\t"));
     for r in &out.rows {
@@ -288,9 +297,7 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
     };
     let (ctx, res) = out;
     let res = res.context("the probe")?;
-    let kind = server_kind(&ctx).await;
-    let files = probes::write(&res, &ctx, &c.output_dir, &kind)?;
-    print(&res, &files);
+    written(&res, &ctx, &c.output_dir).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -307,9 +314,7 @@ async fn calibrated(
             return Ok(ExitCode::FAILURE);
         }
     };
-    let kind = server_kind(ctx).await;
-    let files = probes::write(&cal.output, ctx, &c.output_dir, &kind)?;
-    print(&cal.output, &files);
+    written(&cal.output, ctx, &c.output_dir).await?;
     std::fs::write(output, cal.model.to_json())
         .with_context(|| format!("cannot write {}", output.display()))?;
     let q = &cal.model.fits;
@@ -374,9 +379,7 @@ async fn rechecked(
             return Ok(ExitCode::FAILURE);
         }
     };
-    let kind = server_kind(ctx).await;
-    let files = probes::write(&r.output, ctx, &c.output_dir, &kind)?;
-    print(&r.output, &files);
+    written(&r.output, ctx, &c.output_dir).await?;
     let spread = |v: Vec<f64>| {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);

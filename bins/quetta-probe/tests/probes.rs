@@ -21,6 +21,19 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// A server model file, validated against docs/schema/server_model.schema.json.
+fn valid_server_model(path: &Path) {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/schema/server_model.schema.json"))
+            .unwrap();
+    let val = jsonschema::validator_for(&schema).unwrap();
+    let errs: Vec<String> =
+        val.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errs.is_empty(), "{}: {errs:?}\n{v:#}", path.display());
+}
+
 fn meta(dir: &Path, probe: &str) -> serde_json::Value {
     let m: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join(format!("{probe}.meta.json"))).unwrap(),
@@ -233,15 +246,7 @@ fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("prefill fit: R²"), "{t}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../../../docs/schema/server_model.schema.json"))
-            .unwrap();
-    let val = jsonschema::validator_for(&schema).unwrap();
-    let errs: Vec<String> =
-        val.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errs.is_empty(), "{errs:?}\n{v:#}");
+    valid_server_model(&out);
     let m = quetta_sim::model::ServerModel::load(&out).unwrap();
     assert_eq!(m.max_seqs, 4, "{t}");
     assert_eq!(m.kv_tokens, 4 * 4096);
@@ -326,15 +331,7 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
         (quetta_sim::model::ServerModel::load(out).unwrap(), t)
     };
     let (r1, t1) = recheck(&m0, &m1);
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&m1).unwrap()).unwrap();
-    let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../../../docs/schema/server_model.schema.json"))
-            .unwrap();
-    let val = jsonschema::validator_for(&schema).unwrap();
-    let errs: Vec<String> =
-        val.iter_errors(&v).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errs.is_empty(), "{errs:?}\n{v:#}");
+    valid_server_model(&m1);
     let near = |got: f64, want: f64, tol: f64, what: &str, t: &str| {
         assert!((got - want).abs() <= tol * want, "{what}: {got:.4} for {want} (±{tol})\n{t}");
     };

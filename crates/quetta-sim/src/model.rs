@@ -57,6 +57,29 @@ fn is_zero_f64(v: &f64) -> bool {
 }
 
 impl StepTime {
+    /// The prompt terms (`prefill_token_ms`, `prefill_pair_mt_ms`, `cached_token_ms`,
+    /// `prefill_step_ms`) times `prefill`, the decode terms (`base_ms`, `decode_seq_ms`,
+    /// `context_kt_ms`, `context_over_kt_ms`, `multi_seq_ms`) times `decode`.
+    pub fn scale(&mut self, prefill: f64, decode: f64) {
+        for v in [
+            &mut self.prefill_token_ms,
+            &mut self.prefill_pair_mt_ms,
+            &mut self.cached_token_ms,
+            &mut self.prefill_step_ms,
+        ] {
+            *v *= prefill;
+        }
+        for v in [
+            &mut self.base_ms,
+            &mut self.decode_seq_ms,
+            &mut self.context_kt_ms,
+            &mut self.context_over_kt_ms,
+            &mut self.multi_seq_ms,
+        ] {
+            *v *= decode;
+        }
+    }
+
     /// The step's duration in milliseconds; `pairs` is Q.
     pub fn ms(&self, prefill: u64, pairs: f64, cached: u64, decode: u64, context: u64) -> f64 {
         self.base_ms
@@ -282,20 +305,7 @@ impl ServerModel {
             if !(x.is_finite() && x > 0.0) {
                 return Err(("speed", format!("{x} is not a positive factor")));
             }
-            let s = &mut self.step;
-            for v in [
-                &mut s.base_ms,
-                &mut s.prefill_token_ms,
-                &mut s.prefill_pair_mt_ms,
-                &mut s.cached_token_ms,
-                &mut s.decode_seq_ms,
-                &mut s.context_kt_ms,
-                &mut s.context_over_kt_ms,
-                &mut s.multi_seq_ms,
-                &mut s.prefill_step_ms,
-            ] {
-                *v /= x;
-            }
+            self.step.scale(1.0 / x, 1.0 / x);
         }
         self.check()?;
         Ok(self)
@@ -316,24 +326,7 @@ impl ServerModel {
                 return Err((f, format!("{x} is not a positive factor")));
             }
         }
-        let s = &mut self.step;
-        for v in [
-            &mut s.prefill_token_ms,
-            &mut s.prefill_pair_mt_ms,
-            &mut s.cached_token_ms,
-            &mut s.prefill_step_ms,
-        ] {
-            *v *= prefill;
-        }
-        for v in [
-            &mut s.base_ms,
-            &mut s.decode_seq_ms,
-            &mut s.context_kt_ms,
-            &mut s.context_over_kt_ms,
-            &mut s.multi_seq_ms,
-        ] {
-            *v *= decode;
-        }
+        self.step.scale(prefill, decode);
         let (p0, d0) = self.rechecked.map_or((1.0, 1.0), |r| (r.prefill_factor, r.decode_factor));
         self.rechecked = Some(Recheck {
             unix_s,
