@@ -116,8 +116,9 @@ enum Cmd {
         /// context cost: keep it near the longest prompts the twin will see).
         #[arg(long, default_value = "32,256,1024", value_delimiter = ',')]
         decode_contexts: Vec<u32>,
-        /// Requests of each prompt length; the fit takes each length's median (3: one
-        /// slow request among them does not pull it).
+        /// Requests of each prompt length, and rounds of the decode grid at least; the fits
+        /// take each length's and each grid point's median (3: one slow request among them
+        /// does not pull it).
         #[arg(long, default_value_t = 2)]
         repeats: u32,
         /// Tokens each stream of the decode probe generates.
@@ -301,6 +302,18 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How many times calibrate measured the decode grid, and why, for its fit line.
+fn rounds_said(rounds: usize, least: usize) -> String {
+    match (rounds, rounds > least) {
+        (1, _) => String::new(),
+        (n, false) => format!(" (decode grid measured {n} times, each point its median)"),
+        (n, true) => format!(
+            " (decode grid measured {n} times, each point its median: the fit of the first {} was too noisy)",
+            n - 1
+        ),
+    }
+}
+
 async fn calibrated(
     ctx: &ProbeContext,
     c: &Common,
@@ -326,11 +339,7 @@ async fn calibrated(
         q.decode.r2,
         q.decode.rmse_ms,
         q.decode.max_rel_residual * 100.0,
-        match cal.decode_rounds {
-            1 => String::new(),
-            2 => " (decode grid measured twice, each point its median: the first round was too noisy)".into(),
-            n => format!(" (decode grid measured {n} times, each point its median: the first {} rounds were too noisy)", n - 1),
-        }
+        rounds_said(cal.decode_rounds, o.repeats.max(1) as usize)
     );
     let s = &cal.model.step;
     println!(
