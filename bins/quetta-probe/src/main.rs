@@ -375,12 +375,6 @@ async fn rechecked(
     o: &quetta_probe::recheck::RecheckOptions,
     output: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
-    if model.model != ctx.model {
-        eprintln!(
-            "quetta-probe recheck: warning: the model file was calibrated on {:?} at {}; this server serves {:?}",
-            model.model, model.server, ctx.model
-        );
-    }
     let r = match quetta_probe::recheck::recheck(ctx, model, o).await {
         Ok(r) => r,
         Err(e) => {
@@ -389,19 +383,19 @@ async fn rechecked(
         }
     };
     written(&r.output, ctx, &c.output_dir).await?;
-    let spread = |v: Vec<f64>| {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        format!("{lo:.3}–{hi:.3}")
-    };
     println!(
-        "the server against the model: prefill ×{:.3} (requests {}), decode ×{:.3} (requests {}) over {} requests",
+        "the server against the model: prefill ×{:.3} (requests {:.3}–{:.3}), decode ×{:.3} (requests {:.3}–{:.3}) over {} requests",
         r.prefill_factor,
-        spread(r.points.iter().map(|p| p.prefill_ratio).collect()),
+        r.prefill_range.0,
+        r.prefill_range.1,
         r.decode_factor,
-        spread(r.points.iter().map(|p| p.decode_ratio).collect()),
+        r.decode_range.0,
+        r.decode_range.1,
         r.points.len()
     );
+    for w in &r.warnings {
+        eprintln!("quetta-probe recheck: warning: {w}");
+    }
     if let Some(re) = r.model.rechecked {
         println!(
             "against the calibration: prefill ×{:.3}, decode ×{:.3}",

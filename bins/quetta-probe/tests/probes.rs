@@ -341,10 +341,13 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
         let t = text(&o);
         assert!(o.status.success(), "{t}");
         assert!(t.contains("the server against the model: prefill ×"), "{t}");
-        meta(&d, "recheck");
-        (quetta_sim::model::ServerModel::load(out).unwrap(), t)
+        let w = meta(&d, "recheck")["summary"]["warnings"].clone();
+        (quetta_sim::model::ServerModel::load(out).unwrap(), t, w)
     };
-    let (r1, t1) = recheck(&m0, &m1);
+    let (r1, t1, w1) = recheck(&m0, &m1);
+    // a server of the model's shape at other speeds: nothing doubtful
+    assert_eq!(w1, serde_json::json!([]), "{t1}");
+    assert!(!t1.contains("recheck: warning"), "{t1}");
     valid_server_model(&m1);
     let near = |got: f64, want: f64, tol: f64, what: &str, t: &str| {
         assert!((got - want).abs() <= tol * want, "{what}: {got:.4} for {want} (±{tol})\n{t}");
@@ -358,7 +361,7 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     // the shape stays the calibration's: limits and fixed overheads untouched
     assert_eq!((r1.max_seqs, r1.kv_tokens, r1.gather_ms), (4, 4 * 4096, 2.0));
     // rechecked again, the rescaled model is right, and its factors stay the calibration's
-    let (r2, t2) = recheck(&m1, &m2);
+    let (r2, t2, _) = recheck(&m1, &m2);
     let re2 = r2.rechecked.unwrap();
     near(re2.prefill_factor, 1.6, 0.1, "prefill factor after two rechecks", &t2);
     near(re2.decode_factor, 0.8, 0.1, "decode factor after two rechecks", &t2);
@@ -378,5 +381,39 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
         bad.to_str().unwrap(),
     ]);
     assert!(!o.status.success() && !bad.exists(), "{}", text(&o));
+    drop(sim);
+    // a server whose decode step grows 20 ms per 1,000 tokens of context, which the model
+    // does not have: one decode factor cannot rescale it, and the recheck says so (prompts
+    // dear enough that the base step, rescaled by that factor, moves no prefill ratio 15 %)
+    let mut flat = calibrated.clone();
+    flat.step.prefill_token_ms = 1.0;
+    let mf = d.join("flat.json");
+    std::fs::write(&mf, flat.to_json()).unwrap();
+    let mut shaped = flat;
+    shaped.step.context_kt_ms = 20.0;
+    let sim =
+        Simulator::start(SimConfig { server_model: Some(shaped), ..SimConfig::default() }).unwrap();
+    let sim_url = sim.base_url();
+    let o = probe(&[
+        "recheck",
+        "--base-url",
+        &sim_url,
+        "--server-model",
+        mf.to_str().unwrap(),
+        "--prompt-words",
+        "128,1024",
+        "--decode-tokens",
+        "24",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    let t3 = text(&o);
+    assert!(o.status.success(), "{t3}");
+    let w3 = meta(&d, "recheck")["summary"]["warnings"].clone();
+    let w3 = w3.as_array().expect("warnings: an array").clone();
+    assert_eq!(w3.len(), 1, "{w3:?}\n{t3}");
+    let w = w3[0].as_str().unwrap();
+    assert!(w.starts_with("decode: the server runs at ×") && w.contains("context terms"), "{w}");
+    assert!(t3.contains(&format!("quetta-probe recheck: warning: {w}")), "{t3}");
     let _ = std::fs::remove_dir_all(&d);
 }

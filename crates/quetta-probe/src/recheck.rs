@@ -14,7 +14,12 @@
 //!   `prefill_factor` is the median ratio.
 //!
 //! The model's shape (its batch limits, context terms, what a mixed step costs) is the
-//! calibration's; only its two speeds change ([`ServerModel::rescaled`]).
+//! calibration's; only its two speeds change ([`ServerModel::rescaled`]). Where the requests
+//! say that one factor cannot be trusted, [`Rechecked::warnings`] says why in words: the
+//! model names another served model; the ratio differs between prompt lengths by more than
+//! [`SHAPE_SPREAD`] (the model's shape no longer fits the server, which no factor mends); or
+//! requests of one length differ by more than [`NOISE_SPREAD`] (the server's speed moved
+//! during the recheck).
 
 use std::time::Instant;
 
@@ -40,9 +45,17 @@ impl Default for RecheckOptions {
     }
 }
 
+/// Ratios of the model's error at two prompt lengths further apart than this (the higher
+/// over the lower median, less one) make a shape warning.
+pub const SHAPE_SPREAD: f64 = 0.15;
+/// Ratios of requests of one prompt length further apart than this make a noise warning.
+pub const NOISE_SPREAD: f64 = 0.25;
+
 /// One request of a recheck against the model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecheckPoint {
+    /// The prompt length asked for (words): the request's group.
+    pub prompt_words: u32,
     /// Prompt tokens the server computed (its `usage`, less what it reported cached).
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
@@ -62,6 +75,12 @@ pub struct Rechecked {
     pub points: Vec<RecheckPoint>,
     pub prefill_factor: f64,
     pub decode_factor: f64,
+    /// The lowest and highest prefill ratio of one request.
+    pub prefill_range: (f64, f64),
+    /// The lowest and highest decode ratio of one request.
+    pub decode_range: (f64, f64),
+    /// Why the factors may not hold, in words; empty when nothing says so.
+    pub warnings: Vec<String>,
     pub model: ServerModel,
     pub output: ProbeOutput,
 }
@@ -105,13 +124,14 @@ pub async fn recheck(
         let prompt_ms = step.ms(new, pairs, cached, 0, 0) - step.base_ms;
         let context = tokens + u64::from(o.decode_tokens) / 2;
         let model_gap = step.ms(0, 0.0, 0, 1, context);
-        raw.push((tokens, cached, ttft, gap, prompt_ms, model_gap));
+        raw.push((n, tokens, cached, ttft, gap, prompt_ms, model_gap));
     }
-    let mut dr: Vec<f64> = raw.iter().map(|r| r.3 / r.5).collect();
+    let mut dr: Vec<f64> = raw.iter().map(|r| r.4 / r.6).collect();
     let decode = median(&mut dr).unwrap_or(f64::NAN);
     let points: Vec<RecheckPoint> = raw
         .iter()
-        .map(|&(tokens, cached, ttft, gap, prompt_ms, model_gap)| RecheckPoint {
+        .map(|&(n, tokens, cached, ttft, gap, prompt_ms, model_gap)| RecheckPoint {
+            prompt_words: n,
             prompt_tokens: tokens - cached,
             cached_tokens: cached,
             ttft_ms: ttft,
@@ -136,21 +156,89 @@ pub async fn recheck(
         .clone()
         .rescaled(prefill, decode, o.requests, now)
         .map_err(|(f, m)| ProbeError::Invalid(format!("the rescaled model's {f}: {m}")))?;
-    let output = output(&points, prefill, decode, o);
+    let mut warnings = Vec::new();
+    if model.model != ctx.model {
+        warnings.push(format!(
+            "the model file was calibrated on {:?} at {}; this server serves {:?}",
+            model.model, model.server, ctx.model
+        ));
+    }
+    warnings.extend(doubts(&points));
+    let prefill_range = range(points.iter().map(|p| p.prefill_ratio));
+    let decode_range = range(points.iter().map(|p| p.decode_ratio));
+    let summary = json!({
+        "prefill_factor": prefill, "decode_factor": decode,
+        "prefill_range": [prefill_range.0, prefill_range.1],
+        "decode_range": [decode_range.0, decode_range.1],
+        "warnings": warnings,
+    });
+    let output = output(&points, summary, o);
     Ok(Rechecked {
         points,
         prefill_factor: prefill,
         decode_factor: decode,
+        prefill_range,
+        decode_range,
+        warnings,
         model: rescaled,
         output,
     })
 }
 
-fn output(points: &[RecheckPoint], prefill: f64, decode: f64, o: &RecheckOptions) -> ProbeOutput {
+fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)))
+}
+
+/// The shape and noise warnings of a recheck's requests (see the module's text).
+fn doubts(points: &[RecheckPoint]) -> Vec<String> {
+    let mut lengths: Vec<u32> = points.iter().map(|p| p.prompt_words).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    let mut out = Vec::new();
+    for (what, terms) in
+        [("prefill", "its attention term or fixed overheads"), ("decode", "its context terms")]
+    {
+        let ratio =
+            |p: &RecheckPoint| if what == "decode" { p.decode_ratio } else { p.prefill_ratio };
+        // per length: (median prompt tokens, median ratio, lowest, highest)
+        let groups: Vec<(f64, f64, f64, f64)> = lengths
+            .iter()
+            .filter_map(|&n| {
+                let g: Vec<&RecheckPoint> = points.iter().filter(|p| p.prompt_words == n).collect();
+                let mut r: Vec<f64> = g.iter().map(|p| ratio(p)).collect();
+                let mut t: Vec<f64> = g.iter().map(|p| p.prompt_tokens as f64).collect();
+                let (lo, hi) = range(r.iter().copied());
+                Some((median(&mut t)?, median(&mut r)?, lo, hi))
+            })
+            .collect();
+        let (lo, hi) = (
+            groups.iter().min_by(|a, b| a.1.total_cmp(&b.1)),
+            groups.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
+        );
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            if hi.1 > lo.1 * (1.0 + SHAPE_SPREAD) {
+                out.push(format!(
+                    "{what}: the server runs at ×{:.2} of the model at {:.0}-token prompts and ×{:.2} at {:.0}: the model's shape ({terms}) no longer fits it, and one factor cannot rescale it; calibrate again",
+                    lo.1, lo.0, hi.1, hi.0
+                ));
+            }
+        }
+        if let Some(g) = groups.iter().find(|g| g.3 > g.2 * (1.0 + NOISE_SPREAD)) {
+            out.push(format!(
+                "{what}: requests of {:.0}-token prompts ran at ×{:.2} to ×{:.2} of the model: the server's speed moved during the recheck; recheck again, or on a quieter host",
+                g.0, g.2, g.3
+            ));
+        }
+    }
+    out
+}
+
+fn output(points: &[RecheckPoint], summary: serde_json::Value, o: &RecheckOptions) -> ProbeOutput {
     let rows = points
         .iter()
         .map(|p| {
             vec![
+                p.prompt_words.to_string(),
                 p.prompt_tokens.to_string(),
                 p.cached_tokens.to_string(),
                 f(p.ttft_ms),
@@ -165,6 +253,7 @@ fn output(points: &[RecheckPoint], prefill: f64, decode: f64, o: &RecheckOptions
     ProbeOutput {
         probe: "recheck",
         header: vec![
+            "prompt_words",
             "prompt_tokens",
             "cached_tokens",
             "ttft_ms",
@@ -178,6 +267,65 @@ fn output(points: &[RecheckPoint], prefill: f64, decode: f64, o: &RecheckOptions
         parameters: json!({
             "requests": o.requests, "prompt_words": o.prompt_words, "decode_tokens": o.decode_tokens,
         }),
-        summary: json!({"prefill_factor": prefill, "decode_factor": decode}),
+        summary,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(words: u32, tokens: u64, prefill: f64, decode: f64) -> RecheckPoint {
+        RecheckPoint {
+            prompt_words: words,
+            prompt_tokens: tokens,
+            cached_tokens: 0,
+            ttft_ms: 0.0,
+            model_ttft_ms: 0.0,
+            gap_ms: 0.0,
+            model_gap_ms: 0.0,
+            prefill_ratio: prefill,
+            decode_ratio: decode,
+        }
+    }
+
+    /// Ratios steady within and across lengths: no warning.
+    #[test]
+    fn a_steady_recheck_has_no_doubts() {
+        let p: Vec<_> =
+            (0..6)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        point(128, 190, 1.05, 0.98)
+                    } else {
+                        point(512, 700, 1.10, 1.03)
+                    }
+                })
+                .collect();
+        assert!(doubts(&p).is_empty(), "{:?}", doubts(&p));
+    }
+
+    /// The recheck of 2026-12-05 11:42 against the 09:00 calibration: decode at ×0.85 of the
+    /// model on ~190-token prompts and ×1.01 on ~700 (the model's context slope too flat),
+    /// and one short request at ×1.14 among two at ×0.84: a shape and a noise warning for
+    /// decode, none for prefill.
+    #[test]
+    fn a_shape_the_server_does_not_have_and_noise_are_named() {
+        let p = [
+            point(128, 191, 1.061, 0.838),
+            point(512, 703, 1.088, 0.983),
+            point(128, 202, 1.273, 1.142),
+            point(512, 752, 1.187, 1.037),
+            point(128, 188, 1.045, 0.847),
+            point(512, 715, 1.060, 1.014),
+        ];
+        let d = doubts(&p);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(d[0].starts_with("decode: the server runs at ×0.85 of the model at 191-token prompts and ×1.01 at 715"), "{d:?}");
+        assert!(d[0].contains("context terms"), "{d:?}");
+        assert!(
+            d[1].starts_with("decode: requests of 191-token prompts ran at ×0.84 to ×1.14"),
+            "{d:?}"
+        );
     }
 }
