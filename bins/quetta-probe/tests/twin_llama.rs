@@ -136,8 +136,13 @@ const SERVER_BOUND: f64 = 0.25;
 const SERVER_P90_BOUND: f64 = 0.40;
 const TWIN_BOUND: f64 = 0.2;
 /// The server's prefill and decode speed at the rechecks against its calibration's: within
-/// 35 %.
-const SPEED_BOUND: f64 = 0.35;
+/// 60 %. A calibration off in scale by more fails here (one off in shape fails the bounds
+/// against the server, which are judged at the rechecked speed). Not tighter: this 2-vCPU
+/// VM runs the pinned server at two speeds, minutes apart (llama.cpp's own log on
+/// 2026-12-05: lone ~100-token prompts at ~7.5 or ~13.5 ms a token), and CI of bb35ed18
+/// calibrated at one and rechecked at the other (decode ×1.38 and ×1.41, the twin then
+/// within its bounds on both loads).
+const SPEED_BOUND: f64 = 0.6;
 
 /// `quetta-probe recheck` of the calibration now, as a user runs it before a what-if: six
 /// lone requests of 64 and 256 words (this workload's prompts are 72–120 tokens), the model
