@@ -322,15 +322,16 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     std::fs::create_dir_all(&d).unwrap();
     let (m0, m1, m2) = (d.join("m0.json"), d.join("m1.json"), d.join("m2.json"));
     std::fs::write(&m0, calibrated.to_json()).unwrap();
-    let recheck = |model: &Path, out: &Path| {
+    // `recheck URL MODEL PROMPT_WORDS -o OUT`: the model it wrote, its text, its warnings
+    let recheck = |url: &str, model: &Path, words: &str, out: &Path| {
         let o = probe(&[
             "recheck",
             "--base-url",
-            &sim.base_url(),
+            url,
             "--server-model",
             model.to_str().unwrap(),
             "--prompt-words",
-            "512,1024",
+            words,
             "--decode-tokens",
             "24",
             "--output-dir",
@@ -344,7 +345,7 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
         let w = meta(&d, "recheck")["summary"]["warnings"].clone();
         (quetta_sim::model::ServerModel::load(out).unwrap(), t, w)
     };
-    let (r1, t1, w1) = recheck(&m0, &m1);
+    let (r1, t1, w1) = recheck(&sim.base_url(), &m0, "512,1024", &m1);
     // a server of the model's shape at other speeds: nothing doubtful
     assert_eq!(w1, serde_json::json!([]), "{t1}");
     assert!(!t1.contains("recheck: warning"), "{t1}");
@@ -361,7 +362,7 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     // the shape stays the calibration's: limits and fixed overheads untouched
     assert_eq!((r1.max_seqs, r1.kv_tokens, r1.gather_ms), (4, 4 * 4096, 2.0));
     // rechecked again, the rescaled model is right, and its factors stay the calibration's
-    let (r2, t2, _) = recheck(&m1, &m2);
+    let (r2, t2, _) = recheck(&sim.base_url(), &m1, "512,1024", &m2);
     let re2 = r2.rechecked.unwrap();
     near(re2.prefill_factor, 1.6, 0.1, "prefill factor after two rechecks", &t2);
     near(re2.decode_factor, 0.8, 0.1, "decode factor after two rechecks", &t2);
@@ -393,23 +394,7 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     shaped.step.context_kt_ms = 20.0;
     let sim =
         Simulator::start(SimConfig { server_model: Some(shaped), ..SimConfig::default() }).unwrap();
-    let sim_url = sim.base_url();
-    let o = probe(&[
-        "recheck",
-        "--base-url",
-        &sim_url,
-        "--server-model",
-        mf.to_str().unwrap(),
-        "--prompt-words",
-        "128,1024",
-        "--decode-tokens",
-        "24",
-        "--output-dir",
-        d.to_str().unwrap(),
-    ]);
-    let t3 = text(&o);
-    assert!(o.status.success(), "{t3}");
-    let w3 = meta(&d, "recheck")["summary"]["warnings"].clone();
+    let (_, t3, w3) = recheck(&sim.base_url(), &mf, "128,1024", &d.join("m3.json"));
     let w3 = w3.as_array().expect("warnings: an array").clone();
     assert_eq!(w3.len(), 1, "{w3:?}\n{t3}");
     let w = w3[0].as_str().unwrap();

@@ -903,6 +903,13 @@ mod tests {
     use super::*;
 
     /// A decode grid from base 10 + 5·B + 0.01·C ms, `noise` added to point `bad`.
+    /// Decode-grid points of (streams, context tokens, measured step ms).
+    fn decode_points(grid: &[(f64, f64, f64)]) -> Vec<Point> {
+        grid.iter()
+            .map(|&(b, c, y)| Point { what: "decode", x: vec![b, c], y, extra: None, cached: 0 })
+            .collect()
+    }
+
     fn grid(bad: usize, noise: f64) -> Vec<Point> {
         let pts =
             [(1.0, 100.0), (1.0, 400.0), (2.0, 200.0), (2.0, 800.0), (4.0, 400.0), (4.0, 1600.0)];
@@ -947,10 +954,7 @@ mod tests {
             (4.0, 1608.0, 79.968),
             (4.0, 5727.0, 98.616),
         ];
-        let dec: Vec<Point> = measured
-            .iter()
-            .map(|&(b, c, y)| Point { what: "decode", x: vec![b, c], y, extra: None, cached: 0 })
-            .collect();
+        let dec = decode_points(&measured);
         let f = decode_fit(&dec, 3).unwrap();
         assert!(f.r2 >= MIN_R2, "R² {} passes alone", f.r2);
         assert!(!decode_steady(&dec, &f), "{f:?}");
@@ -1008,10 +1012,7 @@ mod tests {
             (4.0, 1632.0, 66.698),
             (4.0, 5687.0, 125.049),
         ];
-        let dec: Vec<Point> = grid
-            .iter()
-            .map(|&(b, c, y)| Point { what: "decode", x: vec![b, c], y, extra: None, cached: 0 })
-            .collect();
+        let dec = decode_points(&grid);
         let f = decode_fit(&dec, 3).unwrap();
         assert!((7.0..14.0).contains(&f.multi), "{f:?}");
         let worst = |f: &DecodeFit| {
