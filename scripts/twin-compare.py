@@ -72,9 +72,10 @@ def recheck(name):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
-    for line in r.stderr.splitlines():  # the recheck's doubts (shape, noise), as it said them
-        if "warning" in line:
-            print(f"[{time.strftime('%H:%M:%S')}] {name}: {line}", file=sys.stderr, flush=True)
+    # the recheck's doubts (another model, shape, noise), from its typed meta file
+    with open(os.path.join(out, f"recheck-{name}", "recheck.meta.json")) as f:
+        for w in json.load(f)["summary"]["warnings"]:
+            print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck warning: {w}", file=sys.stderr, flush=True)
     with open(m) as f:
         re = json.load(f)["rechecked"]
     return m, re["prefill_factor"], re["decode_factor"]

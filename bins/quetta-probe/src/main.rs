@@ -227,7 +227,7 @@ fn print(out: &ProbeOutput, files: &(PathBuf, PathBuf)) {
     for r in &out.rows {
         println!("{}", r.join("\t"));
     }
-    println!("\nsummary: {}", serde_json::to_string_pretty(&out.summary).unwrap_or_default());
+    println!("\nsummary: {}", out.findings.summary_json());
     println!("wrote {} and {}", files.0.display(), files.1.display());
 }
 

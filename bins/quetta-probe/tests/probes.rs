@@ -48,19 +48,14 @@ fn meta(dir: &Path, probe: &str) -> serde_json::Value {
         &std::fs::read_to_string(dir.join(format!("{probe}.meta.json"))).unwrap(),
     )
     .unwrap();
-    for k in [
-        "schema_version",
-        "probe",
-        "parameters",
-        "server",
-        "model",
-        "tool_version",
-        "time_unix_s",
-        "host",
-        "summary",
-    ] {
-        assert!(!m[k].is_null(), "{probe}.meta.json lacks {k}");
-    }
+    let schema: serde_json::Value = serde_json::from_str(quetta_probe::meta::META_SCHEMA).unwrap();
+    let val = jsonschema::validator_for(&schema).unwrap();
+    let errs: Vec<String> =
+        val.iter_errors(&m).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errs.is_empty(), "{probe}.meta.json: {errs:?}\n{m:#}");
+    let typed: quetta_probe::meta::ProbeMeta = serde_json::from_value(m.clone())
+        .unwrap_or_else(|e| panic!("{probe}.meta.json does not read back: {e}"));
+    assert_eq!(typed.findings.probe(), probe);
     assert_eq!(m["probe"], probe);
     let csv = std::fs::read_to_string(dir.join(format!("{probe}.csv"))).unwrap();
     assert!(csv.lines().count() >= 2, "{probe}.csv has rows");
@@ -276,6 +271,13 @@ fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
     // timer lateness, seen together by the client
     assert!(m.arrival_overhead_ms < 3.0, "{t}");
     assert!(m.fits.prefill.r2 > 0.99 && m.fits.decode.r2 > 0.95, "{t}");
+    // calibrate.meta.json: valid, typed, and of the same fit as the model file
+    let cal = meta(&d, "calibrate");
+    assert_eq!(cal["summary"]["max_seqs"], 4);
+    assert_eq!(cal["parameters"]["decode_contexts"], serde_json::json!([32, 256, 512]));
+    let step: quetta_sim::model::StepTime =
+        serde_json::from_value(cal["summary"]["step"].clone()).unwrap();
+    near(step.decode_seq_ms, m.step.decode_seq_ms, 1e-9, "meta's decode_seq_ms");
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -26,8 +26,10 @@
 use std::time::Instant;
 
 use quetta_sim::model::{FitQuality, Fits, ServerModel, StepTime, SERVER_MODEL_VERSION};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::meta::{CalibrateSummary, Findings};
 use crate::probes::{
     f, join_all, lstsq, median, mix, r_squared, ttft_ms, words, ProbeContext, ProbeError,
     ProbeOutput,
@@ -36,8 +38,8 @@ use crate::probes::{
 /// The least R² a fit must reach for the model to be written.
 pub const MIN_R2: f64 = 0.9;
 
-/// What `calibrate` probes.
-#[derive(Debug, Clone, PartialEq)]
+/// What `calibrate` probes (the `parameters` of calibrate.meta.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CalibrateOptions {
     /// The longest prompt + output one sequence may hold (the server's context per slot).
     pub max_context: u32,
@@ -231,7 +233,7 @@ async fn prefix(
 pub const GATHER_DELAYS_MS: [u64; 4] = [0, 10, 25, 50];
 
 /// One pair of the gather probe.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GatherPair {
     pub delay_ms: u64,
     /// The second prompt's first token after the first's, ms.
@@ -817,25 +819,25 @@ pub async fn calibrate(
         f(warm),
         f(before + step.ms(new, new as f64 * (cached as f64 + new as f64 / 2.0), cached, 0, 0)),
     ]);
-    let summary = json!({
-        "max_seqs": slots, "seqs_probe": o.seqs_probe,
-        "step": {"base_ms": base, "prefill_token_ms": pb[1], "prefill_pair_mt_ms": pb[2], "cached_token_ms": cached_ms, "decode_seq_ms": d, "context_kt_ms": c, "context_knee_tokens": knee, "context_over_kt_ms": over, "multi_seq_ms": multi, "prefill_step_ms": prefill_step},
-        "arrival_overhead_ms": overhead, "gather_ms": gather_ms, "mixed_step_extra_ms": mixed_extras,
-        "gather_pairs": gather_pairs.iter().map(|p| json!({"delay_ms": p.delay_ms, "apart_ms": p.apart_ms, "shared": p.shared})).collect::<Vec<_>>(),
-        "prefix_cache": prefix_cache, "prompt_extra_tokens": extra,
-        "template_cached_tokens": template_cached(&pre).min(extra),
-        "prefill_r2": pr2, "decode_r2": dr2, "decode_rounds": decode_rounds,
-    });
+    let summary = CalibrateSummary {
+        max_seqs: slots,
+        seqs_probe: o.seqs_probe,
+        step,
+        arrival_overhead_ms: overhead,
+        gather_ms,
+        mixed_step_extra_ms: mixed_extras.clone(),
+        gather_pairs,
+        prefix_cache,
+        prompt_extra_tokens: extra,
+        template_cached_tokens: model.template_cached_tokens,
+        prefill_r2: pr2,
+        decode_r2: dr2,
+        decode_rounds,
+    };
     let output = ProbeOutput {
-        probe: "calibrate",
         header: vec!["probe", "batch", "tokens", "measured_ms", "model_ms"],
         rows,
-        parameters: json!({
-            "max_context": o.max_context, "prefill_lengths": o.prefill_lengths, "repeats": o.repeats,
-            "decode_contexts": o.decode_contexts, "decode_tokens": o.decode_tokens,
-            "seqs_probe": o.seqs_probe, "max_batch_tokens": o.max_batch_tokens, "block_tokens": o.block_tokens,
-        }),
-        summary,
+        findings: Findings::Calibrate { parameters: o.clone(), summary: Box::new(summary) },
     };
     Ok(Calibration { model, output, decode_rounds, mixed_step_extra_ms: mixed_extras })
 }

@@ -8,6 +8,7 @@
 //! - [`probes`]: live-server probes over the engine trait (TTFT against new and cached
 //!   tokens, decode grid, herd, KV capacity, stage split), each writing a CSV and a
 //!   `meta.json` sidecar.
+//! - [`meta`]: the typed `<probe>.meta.json` (every probe's parameters and summary).
 //! - [`calibrate`]: the probes and fits behind a twin's server model (`quetta-sim --server-model`).
 //! - [`recheck`]: a calibrated model against its server now, rescaled to the server's
 //!   present speed.
@@ -17,6 +18,7 @@
 pub mod calibrate;
 pub mod gpu;
 pub mod kernels;
+pub mod meta;
 pub mod probes;
 pub mod prom;
 pub mod recheck;

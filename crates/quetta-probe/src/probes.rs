@@ -13,7 +13,14 @@ use std::time::Instant;
 use quetta_engine::{Engine, EngineRequest, Message, Prompt};
 use quetta_loadgen::execute;
 use quetta_metrics::Observation;
-use serde_json::{json, Value};
+
+/// The meta.json schema version (also `meta::META_SCHEMA_VERSION`).
+pub use crate::meta::META_SCHEMA_VERSION;
+use crate::meta::{
+    finite, DecodeGridParameters, DecodeGridSummary, Findings, GridCell, HerdParameters,
+    HerdSummary, KvCapacityParameters, KvCapacitySummary, MetaHost, MetaServer, ProbeMeta,
+    StageSplitParameters, StageSplitSummary, StageTimes, TtftFit, TtftParameters, TtftSummary,
+};
 
 use crate::scrape::scrape_once;
 use crate::server;
@@ -40,14 +47,19 @@ impl std::fmt::Debug for ProbeContext {
     }
 }
 
-/// A probe's results.
+/// A probe's results: its CSV (header and rows) and what its meta.json says of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeOutput {
-    pub probe: &'static str,
     pub header: Vec<&'static str>,
     pub rows: Vec<Vec<String>>,
-    pub parameters: Value,
-    pub summary: Value,
+    pub findings: Findings,
+}
+
+impl ProbeOutput {
+    /// The probe's name: its files are `<probe>.csv` and `<probe>.meta.json`.
+    pub fn probe(&self) -> &'static str {
+        self.findings.probe()
+    }
 }
 
 /// A probe could not run.
@@ -273,16 +285,31 @@ pub async fn ttft(
     }
     let fit = ols(&xs, &ys);
     let summary = match &fit {
-        Some((b, r2)) => json!({
-            "model": "ttft_ms = floor_ms + per_new_token_ms * new + per_cached_token_ms * cached",
-            "floor_ms": b[0], "per_new_token_ms": b[1], "per_cached_token_ms": b[2], "r2": r2,
-            "samples": ys.len(),
-            "cached_tokens_from": if reported_cache { "usage" } else { "planned (the server reported none)" },
+        Some((b, r2)) => TtftSummary::Fit(TtftFit {
+            model: "ttft_ms = floor_ms + per_new_token_ms * new + per_cached_token_ms * cached"
+                .into(),
+            floor_ms: b[0],
+            per_new_token_ms: b[1],
+            per_cached_token_ms: b[2],
+            r2: *r2,
+            samples: ys.len(),
+            cached_tokens_from: if reported_cache {
+                "usage"
+            } else {
+                "planned (the server reported none)"
+            }
+            .into(),
         }),
-        None => json!({"error": "the fit is singular: vary both new and cached tokens"}),
+        None => TtftSummary::Failed {
+            error: "the fit is singular: vary both new and cached tokens".into(),
+        },
+    };
+    let parameters = TtftParameters {
+        new_tokens: new_tokens.to_vec(),
+        cached_tokens: cached_tokens.to_vec(),
+        repeats,
     };
     Ok(ProbeOutput {
-        probe: "ttft",
         header: vec![
             "cached_planned",
             "new_planned",
@@ -293,8 +320,7 @@ pub async fn ttft(
             "ttft_ms",
         ],
         rows,
-        parameters: json!({"new_tokens": new_tokens, "cached_tokens": cached_tokens, "repeats": repeats}),
-        summary,
+        findings: Findings::Ttft { parameters, summary },
     })
 }
 
@@ -371,7 +397,7 @@ pub async fn decode_grid(
             let Steady { mut per_req, counted, start, end } = steady_gaps(&obs);
             let streams = per_req.len();
             let itl = median(&mut per_req);
-            cells.push(json!({"batch": b, "context": c, "itl_ms": itl}));
+            cells.push(GridCell { batch: b, context: c, itl_ms: itl });
             rows.push(vec![
                 b.to_string(),
                 c.to_string(),
@@ -382,8 +408,12 @@ pub async fn decode_grid(
             ]);
         }
     }
+    let parameters = DecodeGridParameters {
+        batches: batches.to_vec(),
+        contexts: contexts.to_vec(),
+        output_tokens,
+    };
     Ok(ProbeOutput {
-        probe: "decode-grid",
         header: vec![
             "batch",
             "context",
@@ -393,8 +423,7 @@ pub async fn decode_grid(
             "window_ms",
         ],
         rows,
-        parameters: json!({"batches": batches, "contexts": contexts, "output_tokens": output_tokens}),
-        summary: json!({"cells": cells}),
+        findings: Findings::DecodeGrid { parameters, summary: DecodeGridSummary { cells } },
     })
 }
 
@@ -464,19 +493,29 @@ pub async fn herd(
         }
         _ => None,
     };
+    // over the requests that gave a token (a row with an empty TTFT says which did not)
+    client.retain(|t| t.is_finite());
     let mean = client.iter().sum::<f64>() / client.len() as f64;
-    let max = client.iter().copied().fold(f64::MIN, f64::max);
-    let p50 = median(&mut client.clone());
+    let max = client.iter().copied().fold(f64::NAN, f64::max);
+    let summary = HerdSummary {
+        client_ttft_mean_ms: finite(mean),
+        client_ttft_p50_ms: median(&mut client),
+        client_ttft_max_ms: finite(max),
+        server_ttft_mean_ms: server_ttft,
+        server_ttft_from: if server_ttft.is_some() {
+            "server TTFT histogram delta"
+        } else {
+            "not available (no --metrics-url or no TTFT histogram)"
+        }
+        .into(),
+    };
     Ok(ProbeOutput {
-        probe: "herd",
         header: vec!["request", "ttft_ms", "cached_tokens"],
         rows,
-        parameters: json!({"n": n, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens}),
-        summary: json!({
-            "client_ttft_mean_ms": mean, "client_ttft_p50_ms": p50, "client_ttft_max_ms": max,
-            "server_ttft_mean_ms": server_ttft,
-            "server_ttft_from": if server_ttft.is_some() { "server TTFT histogram delta" } else { "not available (no --metrics-url or no TTFT histogram)" },
-        }),
+        findings: Findings::Herd {
+            parameters: HerdParameters { n, prompt_tokens, output_tokens },
+            summary,
+        },
     })
 }
 
@@ -525,15 +564,25 @@ pub async fn kv_capacity(
         hits += 1;
     }
     let pool = u64::from(hits) * u64::from(prompt_tokens);
+    let summary = if reported {
+        KvCapacitySummary::Counted {
+            hits_before_first_miss: hits,
+            usable_kv_tokens: pool,
+            lower_bound: hits == prompts,
+        }
+    } else {
+        KvCapacitySummary::Failed {
+            error:
+                "the server reports no cached tokens (usage.prompt_tokens_details.cached_tokens)"
+                    .into(),
+        }
+    };
     Ok(ProbeOutput {
-        probe: "kv-capacity",
         header: vec!["prompt", "age", "prompt_tokens", "cached_tokens", "hit"],
         rows,
-        parameters: json!({"prompts": prompts, "prompt_tokens": prompt_tokens}),
-        summary: if reported {
-            json!({"hits_before_first_miss": hits, "usable_kv_tokens": pool, "lower_bound": hits == prompts})
-        } else {
-            json!({"error": "the server reports no cached tokens (usage.prompt_tokens_details.cached_tokens)"})
+        findings: Findings::KvCapacity {
+            parameters: KvCapacityParameters { prompts, prompt_tokens },
+            summary,
         },
     })
 }
@@ -604,21 +653,27 @@ pub async fn stage_split(
             ]
         })
         .collect();
-    let summary: serde_json::Map<String, Value> = stages
+    let stages = stages
         .iter()
-        .map(|(s, srv, cli, _)| ((*s).to_owned(), json!({"server_ms": srv, "client_ms": cli})))
+        .map(|&(s, server_ms, client_ms, _)| {
+            (
+                s.to_owned(),
+                StageTimes {
+                    server_ms: server_ms.and_then(finite),
+                    client_ms: client_ms.and_then(finite),
+                },
+            )
+        })
         .collect();
     Ok(ProbeOutput {
-        probe: "stage-split",
         header: vec!["stage", "server_mean_ms", "client_mean_ms", "server_metric"],
         rows,
-        parameters: json!({"n": n, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "metrics_url": url}),
-        summary: json!({"server": kind, "stages": summary}),
+        findings: Findings::StageSplit {
+            parameters: StageSplitParameters { n, prompt_tokens, output_tokens, metrics_url: url },
+            summary: StageSplitSummary { server: kind.to_owned(), stages },
+        },
     })
 }
-
-/// The meta.json schema version.
-pub const META_SCHEMA_VERSION: u32 = 1;
 
 fn csv_cell(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
@@ -640,7 +695,7 @@ pub fn write(
         reason: e.to_string(),
     };
     std::fs::create_dir_all(dir).map_err(|e| werr(dir, e))?;
-    let csv = dir.join(format!("{}.csv", out.probe));
+    let csv = dir.join(format!("{}.csv", out.probe()));
     let mut text = out.header.join(",");
     text.push('\n');
     for r in &out.rows {
@@ -653,19 +708,22 @@ pub fn write(
         .map_or(0, |d| d.as_secs());
     let host =
         std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_default();
-    let meta = json!({
-        "schema_version": META_SCHEMA_VERSION,
-        "probe": out.probe,
-        "parameters": out.parameters,
-        "server": {"base_url": ctx.base_url, "kind": server_kind},
-        "model": ctx.model,
-        "tool": "quetta-probe",
-        "tool_version": env!("CARGO_PKG_VERSION"),
-        "time_unix_s": now,
-        "host": {"name": host, "os": std::env::consts::OS, "arch": std::env::consts::ARCH, "cpus": std::thread::available_parallelism().map_or(0, usize::from)},
-        "summary": out.summary,
-    });
-    let mp = dir.join(format!("{}.meta.json", out.probe));
+    let meta = ProbeMeta {
+        schema_version: META_SCHEMA_VERSION,
+        findings: out.findings.clone(),
+        server: MetaServer { base_url: ctx.base_url.clone(), kind: server_kind.to_owned() },
+        model: ctx.model.clone(),
+        tool: "quetta-probe".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        time_unix_s: now,
+        host: MetaHost {
+            name: host,
+            os: std::env::consts::OS.into(),
+            arch: std::env::consts::ARCH.into(),
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        },
+    };
+    let mp = dir.join(format!("{}.meta.json", out.probe()));
     std::fs::write(&mp, serde_json::to_string_pretty(&meta).unwrap_or_default() + "\n")
         .map_err(|e| werr(&mp, e))?;
     Ok((csv, mp))

@@ -24,12 +24,13 @@
 use std::time::Instant;
 
 use quetta_sim::model::ServerModel;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
+use crate::meta::{Findings, RecheckSummary};
 use crate::probes::{f, median, mix, ttft_ms, words, ProbeContext, ProbeError, ProbeOutput};
 
-/// What `recheck` sends.
-#[derive(Debug, Clone, PartialEq)]
+/// What `recheck` sends (the `parameters` of recheck.meta.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecheckOptions {
     /// Requests, one after another.
     pub requests: u32,
@@ -104,7 +105,7 @@ pub async fn recheck(
     ctx.send(0, words(8, seed), 2, t0).await?; // warm-up: the connection
     let step = &model.step;
     let fixed = model.arrival_overhead_ms + model.gather_ms;
-    let mut raw = Vec::new();
+    let mut points = Vec::new();
     for i in 0..o.requests {
         let n = o.prompt_words[i as usize % o.prompt_words.len()].max(1);
         let id = 5_000 + u64::from(i);
@@ -124,24 +125,26 @@ pub async fn recheck(
         let prompt_ms = step.ms(new, pairs, cached, 0, 0) - step.base_ms;
         let context = tokens + u64::from(o.decode_tokens) / 2;
         let model_gap = step.ms(0, 0.0, 0, 1, context);
-        raw.push((n, tokens, cached, ttft, gap, prompt_ms, model_gap));
-    }
-    let mut dr: Vec<f64> = raw.iter().map(|r| r.4 / r.6).collect();
-    let decode = median(&mut dr).unwrap_or(f64::NAN);
-    let points: Vec<RecheckPoint> = raw
-        .iter()
-        .map(|&(n, tokens, cached, ttft, gap, prompt_ms, model_gap)| RecheckPoint {
+        points.push(RecheckPoint {
             prompt_words: n,
-            prompt_tokens: tokens - cached,
+            prompt_tokens: new,
             cached_tokens: cached,
             ttft_ms: ttft,
             model_ttft_ms: fixed + step.base_ms + prompt_ms,
             gap_ms: gap,
             model_gap_ms: model_gap,
-            prefill_ratio: (ttft - fixed - step.base_ms * decode) / prompt_ms,
+            prefill_ratio: f64::NAN, // below, once the decode factor is known
             decode_ratio: gap / model_gap,
-        })
-        .collect();
+        });
+    }
+    let mut dr: Vec<f64> = points.iter().map(|p| p.decode_ratio).collect();
+    let decode = median(&mut dr).unwrap_or(f64::NAN);
+    // the prompt terms alone: the TTFT less the fixed overheads and the step's base at the
+    // server's present decode speed
+    for p in &mut points {
+        let prompt_ms = p.model_ttft_ms - fixed - step.base_ms;
+        p.prefill_ratio = (p.ttft_ms - fixed - step.base_ms * decode) / prompt_ms;
+    }
     let mut pr: Vec<f64> = points.iter().map(|p| p.prefill_ratio).collect();
     let prefill = median(&mut pr).unwrap_or(f64::NAN);
     if !(prefill.is_finite() && prefill > 0.0 && decode.is_finite() && decode > 0.0) {
@@ -166,12 +169,13 @@ pub async fn recheck(
     warnings.extend(doubts(&points));
     let prefill_range = range(points.iter().map(|p| p.prefill_ratio));
     let decode_range = range(points.iter().map(|p| p.decode_ratio));
-    let summary = json!({
-        "prefill_factor": prefill, "decode_factor": decode,
-        "prefill_range": [prefill_range.0, prefill_range.1],
-        "decode_range": [decode_range.0, decode_range.1],
-        "warnings": warnings,
-    });
+    let summary = RecheckSummary {
+        prefill_factor: prefill,
+        decode_factor: decode,
+        prefill_range,
+        decode_range,
+        warnings: warnings.clone(),
+    };
     let output = output(&points, summary, o);
     Ok(Rechecked {
         points,
@@ -233,7 +237,7 @@ fn doubts(points: &[RecheckPoint]) -> Vec<String> {
     out
 }
 
-fn output(points: &[RecheckPoint], summary: serde_json::Value, o: &RecheckOptions) -> ProbeOutput {
+fn output(points: &[RecheckPoint], summary: RecheckSummary, o: &RecheckOptions) -> ProbeOutput {
     let rows = points
         .iter()
         .map(|p| {
@@ -251,7 +255,6 @@ fn output(points: &[RecheckPoint], summary: serde_json::Value, o: &RecheckOption
         })
         .collect();
     ProbeOutput {
-        probe: "recheck",
         header: vec![
             "prompt_words",
             "prompt_tokens",
@@ -264,10 +267,7 @@ fn output(points: &[RecheckPoint], summary: serde_json::Value, o: &RecheckOption
             "decode_ratio",
         ],
         rows,
-        parameters: json!({
-            "requests": o.requests, "prompt_words": o.prompt_words, "decode_tokens": o.decode_tokens,
-        }),
-        summary,
+        findings: Findings::Recheck { parameters: o.clone(), summary },
     }
 }
 
