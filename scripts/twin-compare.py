@@ -8,7 +8,7 @@ usage: twin-compare.py BASE_URL SERVER_MODEL.json TOKENIZER OUT_DIR [N_REQUESTS]
 For closed loops at concurrency 1, 2, 4 and 8 and Poisson arrivals at 50 % and 90 % of the
 capacity measured at concurrency 8: first `quetta-probe recheck` rescales the model to the
 server's speed of that moment (six lone requests), then the same workload runs against the
-server, against the live rechecked twin (quetta-bench run --sim-model, real time), predicted
+server, a second recheck says how far the server's speed moved during it, then against the live rechecked twin (quetta-bench run --sim-model, real time), predicted
 by the rechecked twin (--predict, virtual clock) and predicted by the calibration's model as
 it is. Prints the recheck factors and a Markdown table of TTFT p50/p90, TPOT p50, E2E p50
 and output throughput with each twin's error against the server.
@@ -95,13 +95,19 @@ kinds = ("real", "live", "predicted", "calibration")
 
 def measure(name, tag, load):
     m, pf, df = recheck(tag)
-    factors.append((name, pf, df))
-    got = {k: figures(run(tag, k, load, sim_model=m)) for k in kinds}
+    got = {"real": figures(run(tag, "real", load))}
+    # the server again right after its load: how far its speed moved while the load ran (the
+    # twin keeps the factors of before; a drift beside an error says whose error it is)
+    _, pa, da = recheck(f"{tag}-after")
+    factors.append((name, pf, df, pa, da))
+    for k in kinds[1:]:
+        got[k] = figures(run(tag, k, load, sim_model=m))
     rows.append((name, got))
     # as it goes, for a table that takes an hour
     errs = {k: {metric: (got[k][metric] / real - 1) * 100 for metric, real in got["real"].items()}
             for k in kinds[1:]}
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck prefill x{pf:.3f} decode x{df:.3f}; "
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck prefill x{pf:.3f} decode x{df:.3f} "
+          f"(after the load x{pa:.3f}, x{da:.3f}); "
           + "; ".join(f"{k} " + ", ".join(f"{mm} {e:+.1f}%" for mm, e in v.items()) for k, v in errs.items()),
           file=sys.stderr, flush=True)
 
@@ -128,9 +134,11 @@ for frac in (0.5, 0.9):
 
 if capacity is not None:
     print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s")
-print("the server against the calibration before each load (quetta-probe recheck, 6 lone requests):")
-for name, pf, df in factors:
-    print(f"  {name}: prefill x{pf:.3f}, decode x{df:.3f}")
+print("the server against the calibration before and after each load (quetta-probe recheck, 6 lone requests;")
+print("the twin runs at the factors of before):")
+for name, pf, df, pa, da in factors:
+    print(f"  {name}: prefill x{pf:.3f} -> x{pa:.3f} ({(pa / pf - 1) * 100:+.0f} %), "
+          f"decode x{df:.3f} -> x{da:.3f} ({(da / df - 1) * 100:+.0f} %)")
 print()
 print("| load | metric | server | live, rechecked | error | predicted, rechecked | error | predicted, calibration | error |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
