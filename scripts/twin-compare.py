@@ -78,7 +78,7 @@ def recheck(name):
             print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck warning: {w}", file=sys.stderr, flush=True)
     with open(m) as f:
         re = json.load(f)["rechecked"]
-    return m, re["prefill_factor"], re["decode_factor"]
+    return m, re["prefill_factor"], re["decode_factor"], re.get("context_factor", re["decode_factor"])
 
 
 def figures(s):
@@ -94,20 +94,20 @@ kinds = ("real", "live", "predicted", "calibration")
 
 
 def measure(name, tag, load):
-    m, pf, df = recheck(tag)
+    m, pf, df, cf = recheck(tag)
     got = {"real": figures(run(tag, "real", load))}
     # the server again right after its load: how far its speed moved while the load ran (the
     # twin keeps the factors of before; a drift beside an error says whose error it is)
-    _, pa, da = recheck(f"{tag}-after")
-    factors.append((name, pf, df, pa, da))
+    _, pa, da, ca = recheck(f"{tag}-after")
+    factors.append((name, pf, df, cf, pa, da, ca))
     for k in kinds[1:]:
         got[k] = figures(run(tag, k, load, sim_model=m))
     rows.append((name, got))
     # as it goes, for a table that takes an hour
     errs = {k: {metric: (got[k][metric] / real - 1) * 100 for metric, real in got["real"].items()}
             for k in kinds[1:]}
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck prefill x{pf:.3f} decode x{df:.3f} "
-          f"(after the load x{pa:.3f}, x{da:.3f}); "
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck prefill x{pf:.3f} decode x{df:.3f} context x{cf:.3f} "
+          f"(after the load x{pa:.3f}, x{da:.3f}, x{ca:.3f}); "
           + "; ".join(f"{k} " + ", ".join(f"{mm} {e:+.1f}%" for mm, e in v.items()) for k, v in errs.items()),
           file=sys.stderr, flush=True)
 
@@ -136,9 +136,10 @@ if capacity is not None:
     print(f"capacity (closed loop at 8, real server): {capacity:.4f} req/s")
 print("the server against the calibration before and after each load (quetta-probe recheck, 6 lone requests;")
 print("the twin runs at the factors of before):")
-for name, pf, df, pa, da in factors:
+for name, pf, df, cf, pa, da, ca in factors:
     print(f"  {name}: prefill x{pf:.3f} -> x{pa:.3f} ({(pa / pf - 1) * 100:+.0f} %), "
-          f"decode x{df:.3f} -> x{da:.3f} ({(da / df - 1) * 100:+.0f} %)")
+          f"decode x{df:.3f} -> x{da:.3f} ({(da / df - 1) * 100:+.0f} %), "
+          f"decode context x{cf:.3f} -> x{ca:.3f} ({(ca / cf - 1) * 100:+.0f} %)")
 print()
 print("| load | metric | server | live, rechecked | error | predicted, rechecked | error | predicted, calibration | error |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -393,13 +393,25 @@ async fn rechecked(
         r.decode_range.1,
         r.points.len()
     );
+    if r.context_apart {
+        println!(
+            "decode: the step's sequence terms ×{:.3}, its context terms ×{:.3} (the line through each prompt length's median gap)",
+            r.decode_factor, r.context_factor
+        );
+    } else {
+        println!(
+            "decode: one factor for the sequence and context terms (the model's context terms differ too little between the prompt lengths to tell apart, or the line through the gaps needs a factor of 0 or less)"
+        );
+    }
     for w in &r.warnings {
         eprintln!("quetta-probe recheck: warning: {w}");
     }
     if let Some(re) = r.model.rechecked {
         println!(
-            "against the calibration: prefill ×{:.3}, decode ×{:.3}",
-            re.prefill_factor, re.decode_factor
+            "against the calibration: prefill ×{:.3}, decode ×{:.3}, decode context ×{:.3}",
+            re.prefill_factor,
+            re.decode_factor,
+            re.context()
         );
     }
     if let Some(out) = output {

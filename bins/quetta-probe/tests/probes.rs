@@ -402,5 +402,34 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     let w = w3[0].as_str().unwrap();
     assert!(w.starts_with("decode: the server runs at ×") && w.contains("context terms"), "{w}");
     assert!(t3.contains(&format!("quetta-probe recheck: warning: {w}")), "{t3}");
+    drop(sim);
+    // a model with context terms (15 ms per 1,000 tokens), and a server whose sequences'
+    // decode terms run at half their time while its context terms keep theirs (what this
+    // VM's llama.cpp did on 2026-12-05: ×0.31 and ×0.91): the recheck tells the two apart,
+    // and its rescaled model is of the server's shape, with no warning
+    let mut ctxm = calibrated.clone();
+    ctxm.step.context_kt_ms = 15.0;
+    let mc = d.join("context.json");
+    std::fs::write(&mc, ctxm.to_json()).unwrap();
+    let mut split = ctxm.clone();
+    for v in [&mut split.step.base_ms, &mut split.step.decode_seq_ms, &mut split.step.multi_seq_ms]
+    {
+        *v *= 0.5;
+    }
+    let sim =
+        Simulator::start(SimConfig { server_model: Some(split.clone()), ..SimConfig::default() })
+            .unwrap();
+    let (r4, t4, w4) = recheck(&sim.base_url(), &mc, "128,1024", &d.join("m4.json"));
+    eprintln!("{t4}");
+    assert_eq!(w4, serde_json::json!([]), "{t4}");
+    let summary = meta(&d, "recheck")["summary"].clone();
+    assert_eq!(summary["context_apart"], true, "{t4}");
+    assert!(t4.contains("its context terms ×"), "{t4}");
+    let re4 = r4.rechecked.unwrap();
+    near(re4.decode_factor, 0.5, 0.15, "decode factor of the sequences' terms", &t4);
+    near(re4.context(), 1.0, 0.1, "decode context factor", &t4);
+    near(r4.step.base_ms, split.step.base_ms, 0.15, "base_ms", &t4);
+    near(r4.step.context_kt_ms, split.step.context_kt_ms, 0.1, "context_kt_ms", &t4);
+    valid_server_model(&d.join("m4.json"));
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -165,8 +165,9 @@ fn recheck(url: &str, model: &Path, out: &Path) -> quetta::sim::model::ServerMod
     m
 }
 
-fn factors(m: &quetta::sim::model::ServerModel) -> (f64, f64) {
-    m.rechecked.map_or((f64::NAN, f64::NAN), |r| (r.prefill_factor, r.decode_factor))
+/// The recheck's prefill, decode and decode-context factors against the calibration.
+fn factors(m: &quetta::sim::model::ServerModel) -> [f64; 3] {
+    m.rechecked.map_or([f64::NAN; 3], |r| [r.prefill_factor, r.decode_factor, r.context()])
 }
 
 /// The closed-1 and closed-4 loads against the server, the live twin and the predicted
@@ -179,7 +180,8 @@ fn factors(m: &quetta::sim::model::ServerModel) -> (f64, f64) {
 /// the calibration is rechecked (`quetta-probe recheck`) before the loads and again after
 /// them, and the twin is judged at the geometric mean of the two rechecks' prefill and
 /// decode factors (`ServerModel::rescaled`): what it is asked to get right is how the server
-/// behaves under each load, not what the host's neighbours did. Each factor must stay
+/// behaves under each load, not what the host's neighbours did (the decode context terms'
+/// factor likewise). The prefill and decode factors must stay
 /// within [`SPEED_BOUND`] of the calibration's (a calibration with its costs wrong fails
 /// there), and the bounds widen by the larger change of a factor between the two rechecks
 /// (a server that changed speed during the attempt cannot be matched closer than that).
@@ -199,11 +201,11 @@ fn compare(url: &str, model_path: &Path, d: &Path, salt: u64) -> Vec<String> {
     let live = run(bench(twin, Load::closed(1), 6, salt));
     let real4 = run(closed4(salt + 1));
     let after = recheck(url, model_path, &d.join(format!("recheck-{salt}-after.json")));
-    let ((pb, db), (pa, da)) = (factors(&before), factors(&after));
-    let (prefill, decode) = ((pb * pa).sqrt(), (db * da).sqrt());
-    let drift = (pa / pb - 1.0).abs().max((da / db - 1.0).abs());
+    let ([pb, db, cb], [pa, da, ca]) = (factors(&before), factors(&after));
+    let (prefill, decode, context) = ((pb * pa).sqrt(), (db * da).sqrt(), (cb * ca).sqrt());
+    let drift = (pa / pb - 1.0).abs().max((da / db - 1.0).abs()).max((ca / cb - 1.0).abs());
     eprintln!(
-        "the server against its calibration: prefill ×{pb:.3}, decode ×{db:.3} before the loads, ×{pa:.3} and ×{da:.3} after; the twin judged at ×{prefill:.3} and ×{decode:.3}, the bounds widened by {:.1} %",
+        "the server against its calibration: prefill ×{pb:.3}, decode ×{db:.3} (context ×{cb:.3}) before the loads, ×{pa:.3} and ×{da:.3} (×{ca:.3}) after; the twin judged at ×{prefill:.3}, ×{decode:.3} and ×{context:.3}, the bounds widened by {:.1} %",
         drift * 100.0
     );
     let mut failures = Vec::new();
@@ -215,7 +217,7 @@ fn compare(url: &str, model_path: &Path, d: &Path, salt: u64) -> Vec<String> {
         }
     }
     let calibrated = Twin::load(model_path, WhatIf::default(), Some(&tokenizer())).unwrap().model;
-    let at_speed = calibrated.rescaled(prefill, decode, 12, 0).expect("positive factors");
+    let at_speed = calibrated.rescaled(prefill, decode, context, 12, 0).expect("positive factors");
     let loads = [
         ("closed 1", figures(&real1), predict(closed1(salt), &at_speed)),
         ("closed 4", figures(&real4), predict(closed4(salt + 1), &at_speed)),

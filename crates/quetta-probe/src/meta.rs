@@ -83,16 +83,9 @@ impl Findings {
 
     /// The summary as pretty JSON, as the file holds it.
     pub fn summary_json(&self) -> String {
-        let s = match self {
-            Self::Ttft { summary, .. } => serde_json::to_string_pretty(summary),
-            Self::DecodeGrid { summary, .. } => serde_json::to_string_pretty(summary),
-            Self::Herd { summary, .. } => serde_json::to_string_pretty(summary),
-            Self::KvCapacity { summary, .. } => serde_json::to_string_pretty(summary),
-            Self::StageSplit { summary, .. } => serde_json::to_string_pretty(summary),
-            Self::Calibrate { summary, .. } => serde_json::to_string_pretty(summary),
-            Self::Recheck { summary, .. } => serde_json::to_string_pretty(summary),
-        };
-        s.unwrap_or_default()
+        serde_json::to_value(self)
+            .and_then(|v| serde_json::to_string_pretty(&v["summary"]))
+            .unwrap_or_default()
     }
 }
 
@@ -243,7 +236,12 @@ pub struct CalibrateSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecheckSummary {
     pub prefill_factor: f64,
+    /// The factor of the decode terms of the step's sequences.
     pub decode_factor: f64,
+    /// The factor of the decode context terms.
+    pub context_factor: f64,
+    /// Whether the two decode factors were told apart (else both are the median ratio).
+    pub context_apart: bool,
     /// The lowest and highest ratio of one request.
     pub prefill_range: (f64, f64),
     pub decode_range: (f64, f64),
@@ -363,6 +361,8 @@ mod tests {
                 summary: RecheckSummary {
                     prefill_factor: 1.25,
                     decode_factor: 0.75,
+                    context_factor: 1.0,
+                    context_apart: true,
                     prefill_range: (1.0, 1.5),
                     decode_range: (0.5, 1.0),
                     warnings: vec!["decode: …".into()],
@@ -399,6 +399,8 @@ mod tests {
             let errs: Vec<String> = val.iter_errors(&v).map(|e| e.to_string()).collect();
             assert!(errs.is_empty(), "{}: {errs:?}\n{v:#}", f.probe());
             assert_eq!(v["probe"], f.probe());
+            let printed: serde_json::Value = serde_json::from_str(&f.summary_json()).unwrap();
+            assert_eq!(printed, v["summary"], "{}", f.probe());
             let back: ProbeMeta = serde_json::from_value(v.clone()).unwrap();
             assert_eq!(back, meta);
             // the probe's name decides which summary is valid

@@ -8,18 +8,25 @@
 //! another, `ignore_eos`) and compares each with what the model predicts for it alone:
 //!
 //! - decode: the request's median inter-token gap against the model's step of one sequence
-//!   at its context (prompt + half the output); `decode_factor` is the median ratio;
+//!   at its context (prompt + half the output). The step's terms move apart: on that VM
+//!   the terms of its sequences (reading the weights, bound by memory a neighbour shares)
+//!   ran at ×0.31 of a calibration while its context terms (attention, bound by the CPU)
+//!   stayed at ×0.91. So per prompt length the median gap is set against the model's
+//!   median context part, and the line through them gives `decode_factor` (the sequences'
+//!   terms) and `context_factor` (the context terms); where the model's context terms
+//!   differ too little between the lengths to tell them apart ([`CONTEXT_SPAN`]), or the
+//!   line needs a factor of 0 or less, both are the median ratio;
 //! - prefill: the TTFT less the model's fixed overheads (arrival, gather window) and its
 //!   rescaled `base_ms`, against the model's prompt terms for that prompt;
 //!   `prefill_factor` is the median ratio.
 //!
-//! The model's shape (its batch limits, context terms, what a mixed step costs) is the
-//! calibration's; only its two speeds change ([`ServerModel::rescaled`]). Where the requests
-//! say that one factor cannot be trusted, [`Rechecked::warnings`] says why in words: the
-//! model names another served model; the ratio differs between prompt lengths by more than
-//! [`SHAPE_SPREAD`] (the model's shape no longer fits the server, which no factor mends); or
-//! requests of one length differ by more than [`NOISE_SPREAD`] (the server's speed moved
-//! during the recheck).
+//! The model's shape (its batch limits, what a mixed step costs, where the context knee
+//! lies) is the calibration's; only its speeds change ([`ServerModel::rescaled`]). Where the
+//! requests say that the factors cannot be trusted, [`Rechecked::warnings`] says why in
+//! words: the model names another served model; the ratio against the rescaled model
+//! differs between prompt lengths by more than [`SHAPE_SPREAD`] (the model's shape no
+//! longer fits the server, which no factor mends); or requests of one length differ by more
+//! than [`NOISE_SPREAD`] (the server's speed moved during the recheck).
 
 use std::time::Instant;
 
@@ -51,6 +58,11 @@ impl Default for RecheckOptions {
 pub const SHAPE_SPREAD: f64 = 0.15;
 /// Ratios of requests of one prompt length further apart than this make a noise warning.
 pub const NOISE_SPREAD: f64 = 0.25;
+/// The model's context part of a lone step must differ between the shortest and the
+/// longest prompt length by this share of its other terms or more for a recheck to tell the
+/// context terms' speed from theirs (0.2: on the default lengths a context cost of about
+/// 9 ms per 1,000 tokens beside a 23 ms step).
+pub const CONTEXT_SPAN: f64 = 0.2;
 
 /// One request of a recheck against the model.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,7 +77,13 @@ pub struct RecheckPoint {
     /// Median inter-token gap.
     pub gap_ms: f64,
     pub model_gap_ms: f64,
+    /// The part of `model_gap_ms` that grows with the context (its context terms).
+    pub model_context_ms: f64,
+    /// The rescaled model's gap.
+    pub rescaled_gap_ms: f64,
+    /// Against the model given.
     pub prefill_ratio: f64,
+    /// Against the model given.
     pub decode_ratio: f64,
 }
 
@@ -75,7 +93,12 @@ pub struct RecheckPoint {
 pub struct Rechecked {
     pub points: Vec<RecheckPoint>,
     pub prefill_factor: f64,
+    /// The factor of the decode terms of the step's sequences.
     pub decode_factor: f64,
+    /// The factor of the decode context terms.
+    pub context_factor: f64,
+    /// Whether the two decode factors were told apart (else both are the median ratio).
+    pub context_apart: bool,
     /// The lowest and highest prefill ratio of one request.
     pub prefill_range: (f64, f64),
     /// The lowest and highest decode ratio of one request.
@@ -124,7 +147,7 @@ pub async fn recheck(
         // the prompt terms alone: a lone prefill step less its base
         let prompt_ms = step.ms(new, pairs, cached, 0, 0) - step.base_ms;
         let context = tokens + u64::from(o.decode_tokens) / 2;
-        let model_gap = step.ms(0, 0.0, 0, 1, context);
+        let (lone, context_ms) = step.lone_decode_ms(context);
         points.push(RecheckPoint {
             prompt_words: n,
             prompt_tokens: new,
@@ -132,18 +155,28 @@ pub async fn recheck(
             ttft_ms: ttft,
             model_ttft_ms: fixed + step.base_ms + prompt_ms,
             gap_ms: gap,
-            model_gap_ms: model_gap,
-            prefill_ratio: f64::NAN, // below, once the decode factor is known
-            decode_ratio: gap / model_gap,
+            model_gap_ms: lone + context_ms,
+            model_context_ms: context_ms,
+            rescaled_gap_ms: f64::NAN, // below, once the decode factors are known
+            prefill_ratio: f64::NAN,   // likewise
+            decode_ratio: gap / (lone + context_ms),
         });
     }
-    let mut dr: Vec<f64> = points.iter().map(|p| p.decode_ratio).collect();
-    let decode = median(&mut dr).unwrap_or(f64::NAN);
+    let lone = step.lone_decode_ms(0).0;
+    let (decode, context, apart) = match decode_factors(&points, lone) {
+        Some((d, c)) => (d, c, true),
+        None => {
+            let mut dr: Vec<f64> = points.iter().map(|p| p.decode_ratio).collect();
+            let d = median(&mut dr).unwrap_or(f64::NAN);
+            (d, d, false)
+        }
+    };
     // the prompt terms alone: the TTFT less the fixed overheads and the step's base at the
     // server's present decode speed
     for p in &mut points {
         let prompt_ms = p.model_ttft_ms - fixed - step.base_ms;
         p.prefill_ratio = (p.ttft_ms - fixed - step.base_ms * decode) / prompt_ms;
+        p.rescaled_gap_ms = lone * decode + p.model_context_ms * context;
     }
     let mut pr: Vec<f64> = points.iter().map(|p| p.prefill_ratio).collect();
     let prefill = median(&mut pr).unwrap_or(f64::NAN);
@@ -157,7 +190,7 @@ pub async fn recheck(
         .map_or(0, |d| d.as_secs());
     let rescaled = model
         .clone()
-        .rescaled(prefill, decode, o.requests, now)
+        .rescaled(prefill, decode, context, o.requests, now)
         .map_err(|(f, m)| ProbeError::Invalid(format!("the rescaled model's {f}: {m}")))?;
     let mut warnings = Vec::new();
     if model.model != ctx.model {
@@ -166,12 +199,14 @@ pub async fn recheck(
             model.model, model.server, ctx.model
         ));
     }
-    warnings.extend(doubts(&points));
+    warnings.extend(doubts(&points, prefill));
     let prefill_range = range(points.iter().map(|p| p.prefill_ratio));
     let decode_range = range(points.iter().map(|p| p.decode_ratio));
     let summary = RecheckSummary {
         prefill_factor: prefill,
         decode_factor: decode,
+        context_factor: context,
+        context_apart: apart,
         prefill_range,
         decode_range,
         warnings: warnings.clone(),
@@ -181,6 +216,8 @@ pub async fn recheck(
         points,
         prefill_factor: prefill,
         decode_factor: decode,
+        context_factor: context,
+        context_apart: apart,
         prefill_range,
         decode_range,
         warnings,
@@ -189,12 +226,53 @@ pub async fn recheck(
     })
 }
 
+/// Per prompt length, the median of a field over its requests, in the order of lengths.
+fn by_length(points: &[RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> Vec<(u32, f64)> {
+    let mut lengths: Vec<u32> = points.iter().map(|p| p.prompt_words).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    lengths
+        .into_iter()
+        .filter_map(|n| {
+            let mut v: Vec<f64> =
+                points.iter().filter(|p| p.prompt_words == n).map(&field).collect();
+            Some((n, median(&mut v)?))
+        })
+        .collect()
+}
+
+/// The decode factors (of the sequences' terms, of the context terms) of the line through
+/// each prompt length's median gap against the model's median context part there (least
+/// squares); `lone` is the model's step of one sequence without its context terms. `None`
+/// where those parts span less than [`CONTEXT_SPAN`] of `lone`, or a factor comes out 0 or
+/// less.
+fn decode_factors(points: &[RecheckPoint], lone: f64) -> Option<(f64, f64)> {
+    let gaps = by_length(points, |p| p.gap_ms);
+    let parts = by_length(points, |p| p.model_context_ms);
+    let xy: Vec<(f64, f64)> = parts.iter().zip(&gaps).map(|(k, g)| (k.1, g.1)).collect();
+    let (lo, hi) = range(xy.iter().map(|p| p.0));
+    if xy.len() < 2 || lone.is_nan() || lone <= 0.0 || hi - lo < CONTEXT_SPAN * lone {
+        return None;
+    }
+    let n = xy.len() as f64;
+    let (mx, my) =
+        (xy.iter().map(|p| p.0).sum::<f64>() / n, xy.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let context = sxy / sxx;
+    let decode = (my - context * mx) / lone;
+    (decode.is_finite() && context.is_finite() && decode > 0.0 && context > 0.0)
+        .then_some((decode, context))
+}
+
 fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
     v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)))
 }
 
-/// The shape and noise warnings of a recheck's requests (see the module's text).
-fn doubts(points: &[RecheckPoint]) -> Vec<String> {
+/// The shape and noise warnings of a recheck's requests (see the module's text); `prefill`
+/// is the recheck's prefill factor. Shape is judged against the rescaled model, noise
+/// against the model given.
+fn doubts(points: &[RecheckPoint], prefill: f64) -> Vec<String> {
     let mut lengths: Vec<u32> = points.iter().map(|p| p.prompt_words).collect();
     lengths.sort_unstable();
     lengths.dedup();
@@ -202,16 +280,24 @@ fn doubts(points: &[RecheckPoint]) -> Vec<String> {
     for (what, terms) in
         [("prefill", "its attention term or fixed overheads"), ("decode", "its context terms")]
     {
-        let ratio =
-            |p: &RecheckPoint| if what == "decode" { p.decode_ratio } else { p.prefill_ratio };
-        // per length: (median prompt tokens, median ratio, lowest, highest)
+        let decode = what == "decode";
+        let rescaled = |p: &RecheckPoint| {
+            if decode {
+                p.gap_ms / p.rescaled_gap_ms
+            } else {
+                p.prefill_ratio / prefill
+            }
+        };
+        let given = |p: &RecheckPoint| if decode { p.decode_ratio } else { p.prefill_ratio };
+        // per length: (median prompt tokens, median ratio to the rescaled model, lowest and
+        // highest ratio to the model given)
         let groups: Vec<(f64, f64, f64, f64)> = lengths
             .iter()
             .filter_map(|&n| {
                 let g: Vec<&RecheckPoint> = points.iter().filter(|p| p.prompt_words == n).collect();
-                let mut r: Vec<f64> = g.iter().map(|p| ratio(p)).collect();
+                let mut r: Vec<f64> = g.iter().map(|p| rescaled(p)).collect();
                 let mut t: Vec<f64> = g.iter().map(|p| p.prompt_tokens as f64).collect();
-                let (lo, hi) = range(r.iter().copied());
+                let (lo, hi) = range(g.iter().map(|p| given(p)));
                 Some((median(&mut t)?, median(&mut r)?, lo, hi))
             })
             .collect();
@@ -222,7 +308,7 @@ fn doubts(points: &[RecheckPoint]) -> Vec<String> {
         if let (Some(lo), Some(hi)) = (lo, hi) {
             if hi.1 > lo.1 * (1.0 + SHAPE_SPREAD) {
                 out.push(format!(
-                    "{what}: the server runs at ×{:.2} of the model at {:.0}-token prompts and ×{:.2} at {:.0}: the model's shape ({terms}) no longer fits it, and one factor cannot rescale it; calibrate again",
+                    "{what}: the server runs at ×{:.2} of the rescaled model at {:.0}-token prompts and ×{:.2} at {:.0}: the model's shape ({terms}) no longer fits it, and its factors cannot rescale it; calibrate again",
                     lo.1, lo.0, hi.1, hi.0
                 ));
             }
@@ -249,6 +335,8 @@ fn output(points: &[RecheckPoint], summary: RecheckSummary, o: &RecheckOptions) 
                 f(p.model_ttft_ms),
                 f(p.gap_ms),
                 f(p.model_gap_ms),
+                f(p.model_context_ms),
+                f(p.rescaled_gap_ms),
                 f(p.prefill_ratio),
                 f(p.decode_ratio),
             ]
@@ -263,6 +351,8 @@ fn output(points: &[RecheckPoint], summary: RecheckSummary, o: &RecheckOptions) 
             "model_ttft_ms",
             "gap_ms",
             "model_gap_ms",
+            "model_context_ms",
+            "rescaled_gap_ms",
             "prefill_ratio",
             "decode_ratio",
         ],
@@ -282,8 +372,10 @@ mod tests {
             cached_tokens: 0,
             ttft_ms: 0.0,
             model_ttft_ms: 0.0,
-            gap_ms: 0.0,
-            model_gap_ms: 0.0,
+            gap_ms: decode,
+            model_gap_ms: 1.0,
+            model_context_ms: 0.0,
+            rescaled_gap_ms: 1.0,
             prefill_ratio: prefill,
             decode_ratio: decode,
         }
@@ -302,7 +394,7 @@ mod tests {
                     }
                 })
                 .collect();
-        assert!(doubts(&p).is_empty(), "{:?}", doubts(&p));
+        assert!(doubts(&p, 1.07).is_empty(), "{:?}", doubts(&p, 1.07));
     }
 
     /// The recheck of 2026-12-05 11:42 against the 09:00 calibration: decode at ×0.85 of the
@@ -319,13 +411,52 @@ mod tests {
             point(128, 188, 1.045, 0.847),
             point(512, 715, 1.060, 1.014),
         ];
-        let d = doubts(&p);
+        let d = doubts(&p, 1.07);
         assert_eq!(d.len(), 2, "{d:?}");
-        assert!(d[0].starts_with("decode: the server runs at ×0.85 of the model at 191-token prompts and ×1.01 at 715"), "{d:?}");
+        assert!(d[0].starts_with("decode: the server runs at ×0.85 of the rescaled model at 191-token prompts and ×1.01 at 715"), "{d:?}");
         assert!(d[0].contains("context terms"), "{d:?}");
         assert!(
             d[1].starts_with("decode: requests of 191-token prompts ran at ×0.84 to ×1.14"),
             "{d:?}"
         );
+    }
+
+    /// The recheck of 2026-12-05 13:25 before closed loop 8 (calibration of 12:50: lone
+    /// step 23.34 ms without its context terms, 15.32 ms per 1,000 tokens of context): the
+    /// sequences' terms ran at ×0.46 of the model, its context terms at ×1.03; one median
+    /// factor (×0.60) had left the twin's TPOT 12 % low where four streams held ~2,700
+    /// tokens of context. Context parts that barely differ, or a line that needs a
+    /// negative base, give no pair (the median ratio instead).
+    #[test]
+    fn the_decode_terms_and_the_context_terms_are_told_apart() {
+        let lone = 8.3727 + 14.9669;
+        let mk = |words: u32, context: u64, gap: f64, scale: f64| {
+            let k = 15.3154 * context as f64 / 1e3 * scale;
+            RecheckPoint {
+                gap_ms: gap,
+                model_gap_ms: lone + k,
+                model_context_ms: k,
+                decode_ratio: gap / (lone + k),
+                ..point(words, context, 1.0, 0.0)
+            }
+        };
+        let rows = [
+            (128, 229, 14.401),
+            (512, 747, 24.673),
+            (128, 226, 15.528),
+            (512, 727, 21.485),
+            (128, 224, 14.157),
+            (512, 745, 22.579),
+        ];
+        let p: Vec<_> = rows.iter().map(|&(w, c, g)| mk(w, c, g, 1.0)).collect();
+        let (d, c) = decode_factors(&p, lone).expect("two factors");
+        assert!((d - 0.464).abs() < 0.005 && (c - 1.029).abs() < 0.005, "{d} {c}");
+        let flat: Vec<_> = rows.iter().map(|&(w, c, g)| mk(w, c, g, 0.1)).collect();
+        assert_eq!(decode_factors(&flat, lone), None, "context parts 0.8 ms apart");
+        let steep: Vec<_> = rows
+            .iter()
+            .map(|&(w, c, g)| mk(w, c, if w == 128 { 5.0 } else { g + 10.0 }, 1.0))
+            .collect();
+        assert_eq!(decode_factors(&steep, lone), None, "a negative base");
     }
 }

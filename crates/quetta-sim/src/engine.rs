@@ -268,7 +268,7 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{FitQuality, Fits, SERVER_MODEL_VERSION};
 

@@ -58,9 +58,10 @@ fn is_zero_f64(v: &f64) -> bool {
 
 impl StepTime {
     /// The prompt terms (`prefill_token_ms`, `prefill_pair_mt_ms`, `cached_token_ms`,
-    /// `prefill_step_ms`) times `prefill`, the decode terms (`base_ms`, `decode_seq_ms`,
-    /// `context_kt_ms`, `context_over_kt_ms`, `multi_seq_ms`) times `decode`.
-    pub fn scale(&mut self, prefill: f64, decode: f64) {
+    /// `prefill_step_ms`) times `prefill`, the decode terms of the step's sequences
+    /// (`base_ms`, `decode_seq_ms`, `multi_seq_ms`) times `decode`, and its decode context
+    /// terms (`context_kt_ms`, `context_over_kt_ms`) times `context`.
+    pub fn scale(&mut self, prefill: f64, decode: f64, context: f64) {
         for v in [
             &mut self.prefill_token_ms,
             &mut self.prefill_pair_mt_ms,
@@ -69,15 +70,19 @@ impl StepTime {
         ] {
             *v *= prefill;
         }
-        for v in [
-            &mut self.base_ms,
-            &mut self.decode_seq_ms,
-            &mut self.context_kt_ms,
-            &mut self.context_over_kt_ms,
-            &mut self.multi_seq_ms,
-        ] {
+        for v in [&mut self.base_ms, &mut self.decode_seq_ms, &mut self.multi_seq_ms] {
             *v *= decode;
         }
+        for v in [&mut self.context_kt_ms, &mut self.context_over_kt_ms] {
+            *v *= context;
+        }
+    }
+
+    /// A lone sequence's decode step at `context` tokens, split in what does not grow with
+    /// the context (`base_ms`, `decode_seq_ms`) and what does (the context terms).
+    pub fn lone_decode_ms(&self, context: u64) -> (f64, f64) {
+        let fixed = self.ms(0, 0.0, 0, 1, 0);
+        (fixed, self.ms(0, 0.0, 0, 1, context) - fixed)
     }
 
     /// The step's duration in milliseconds; `pairs` is Q.
@@ -175,9 +180,9 @@ pub struct ServerModel {
 /// A rescale of a calibrated model to its server's present speed (`quetta-probe recheck`):
 /// the prompt terms of [`StepTime`] (`prefill_token_ms`, `prefill_pair_mt_ms`,
 /// `cached_token_ms`, `prefill_step_ms`) were multiplied by `prefill_factor`, the decode
-/// terms (`base_ms`, `decode_seq_ms`, `context_kt_ms`, `context_over_kt_ms`,
-/// `multi_seq_ms`) by `decode_factor`; both against the calibration, over every recheck
-/// since.
+/// terms of its sequences (`base_ms`, `decode_seq_ms`, `multi_seq_ms`) by `decode_factor`
+/// and its decode context terms (`context_kt_ms`, `context_over_kt_ms`) by
+/// `context_factor`; all against the calibration, over every recheck since.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Recheck {
@@ -187,6 +192,16 @@ pub struct Recheck {
     pub requests: u32,
     pub prefill_factor: f64,
     pub decode_factor: f64,
+    /// Absent (a file of a recheck that took one decode factor): `decode_factor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_factor: Option<f64>,
+}
+
+impl Recheck {
+    /// The decode context terms' factor against the calibration.
+    pub fn context(&self) -> f64 {
+        self.context_factor.unwrap_or(self.decode_factor)
+    }
 }
 
 /// A server model that cannot be read or used.
@@ -305,34 +320,41 @@ impl ServerModel {
             if !(x.is_finite() && x > 0.0) {
                 return Err(("speed", format!("{x} is not a positive factor")));
             }
-            self.step.scale(1.0 / x, 1.0 / x);
+            self.step.scale(1.0 / x, 1.0 / x, 1.0 / x);
         }
         self.check()?;
         Ok(self)
     }
 
-    /// This model at its server's present speed: prompt terms times `prefill`, decode terms
-    /// times `decode` (see [`Recheck`]); `rechecked` records the factors against the
-    /// calibration, `requests` and `unix_s` the recheck.
+    /// This model at its server's present speed: prompt terms times `prefill`, the decode
+    /// terms of its sequences times `decode`, its decode context terms times `context` (see
+    /// [`Recheck`]); `rechecked` records the factors against the calibration, `requests` and
+    /// `unix_s` the recheck.
     pub fn rescaled(
         mut self,
         prefill: f64,
         decode: f64,
+        context: f64,
         requests: u32,
         unix_s: u64,
     ) -> Result<Self, (&'static str, String)> {
-        for (f, x) in [("prefill_factor", prefill), ("decode_factor", decode)] {
+        for (f, x) in
+            [("prefill_factor", prefill), ("decode_factor", decode), ("context_factor", context)]
+        {
             if !(x.is_finite() && x > 0.0) {
                 return Err((f, format!("{x} is not a positive factor")));
             }
         }
-        self.step.scale(prefill, decode);
-        let (p0, d0) = self.rechecked.map_or((1.0, 1.0), |r| (r.prefill_factor, r.decode_factor));
+        self.step.scale(prefill, decode, context);
+        let (p0, d0, c0) = self
+            .rechecked
+            .map_or((1.0, 1.0, 1.0), |r| (r.prefill_factor, r.decode_factor, r.context()));
         self.rechecked = Some(Recheck {
             unix_s,
             requests,
             prefill_factor: p0 * prefill,
             decode_factor: d0 * decode,
+            context_factor: Some(c0 * context),
         });
         self.check()?;
         Ok(self)
@@ -341,5 +363,38 @@ impl ServerModel {
     /// The file's JSON (pretty).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a server model serialises") + "\n"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rescaling splits the decode terms: the sequences' terms by one factor, the context
+    /// terms by another; a second rescale multiplies onto the first, and a file of a recheck
+    /// that wrote no context factor reads it as its decode factor.
+    #[test]
+    fn a_rescale_keeps_the_decode_context_terms_apart() {
+        let mut m = crate::engine::tests::model(4, 8192);
+        m.step.context_kt_ms = 10.0;
+        m.step.multi_seq_ms = 2.0;
+        let r = m.clone().rescaled(2.0, 0.5, 1.0, 6, 7).unwrap();
+        assert_eq!(
+            (r.step.prefill_token_ms, r.step.base_ms, r.step.decode_seq_ms, r.step.multi_seq_ms),
+            (0.2, 5.0, 0.5, 1.0)
+        );
+        assert_eq!(r.step.context_kt_ms, 10.0);
+        // one stream at 1,000 tokens of context: 5 + 0.5 + 10
+        assert_eq!(r.step.lone_decode_ms(1_000), (5.5, 10.0));
+        let r2 = r.rescaled(1.0, 2.0, 0.5, 6, 8).unwrap();
+        let re = r2.rechecked.unwrap();
+        assert_eq!((re.prefill_factor, re.decode_factor, re.context()), (2.0, 1.0, 0.5));
+        assert_eq!(r2.step.context_kt_ms, 5.0);
+        assert!(m.clone().rescaled(1.0, 1.0, 0.0, 6, 7).is_err(), "a context factor of 0");
+        let old: Recheck = serde_json::from_str(
+            r#"{"unix_s": 1, "requests": 6, "prefill_factor": 1.1, "decode_factor": 0.9}"#,
+        )
+        .unwrap();
+        assert_eq!(old.context(), 0.9);
     }
 }

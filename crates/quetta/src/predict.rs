@@ -350,8 +350,8 @@ impl Benchmark {
             model.model,
             "docs/SIMULATOR.md",
             model.rechecked.map_or(String::new(), |r| format!(
-                "; the model was rechecked (quetta-probe recheck) at prefill ×{:.3} and decode ×{:.3} of its calibration",
-                r.prefill_factor, r.decode_factor
+                "; the model was rechecked (quetta-probe recheck) at prefill ×{:.3} and decode ×{:.3} (its context terms ×{:.3}) of its calibration",
+                r.prefill_factor, r.decode_factor, r.context()
             ))
         ));
         let started = Instant::now();
