@@ -383,27 +383,28 @@ async fn rechecked(
         }
     };
     written(&r.output, ctx, &c.output_dir).await?;
+    let s = &r.summary;
     println!(
         "the server against the model: prefill ×{:.3} (requests {:.3}–{:.3}), decode ×{:.3} (requests {:.3}–{:.3}) over {} requests",
-        r.prefill_factor,
-        r.prefill_range.0,
-        r.prefill_range.1,
-        r.decode_factor,
-        r.decode_range.0,
-        r.decode_range.1,
+        s.prefill_factor,
+        s.prefill_range.0,
+        s.prefill_range.1,
+        s.decode_factor,
+        s.decode_range.0,
+        s.decode_range.1,
         r.points.len()
     );
-    if r.context_apart {
+    if s.context_apart {
         println!(
             "decode: the step's sequence terms ×{:.3}, its context terms ×{:.3} (the line through each prompt length's median gap)",
-            r.decode_factor, r.context_factor
+            s.decode_factor, s.context_factor
         );
     } else {
         println!(
             "decode: one factor for the sequence and context terms (the model's context terms differ too little between the prompt lengths to tell apart, or the line through the gaps needs a factor of 0 or less)"
         );
     }
-    for w in &r.warnings {
+    for w in &s.warnings {
         eprintln!("quetta-probe recheck: warning: {w}");
     }
     if let Some(re) = r.model.rechecked {

@@ -22,7 +22,7 @@
 //!
 //! The model's shape (its batch limits, what a mixed step costs, where the context knee
 //! lies) is the calibration's; only its speeds change ([`ServerModel::rescaled`]). Where the
-//! requests say that the factors cannot be trusted, [`Rechecked::warnings`] says why in
+//! requests say that the factors cannot be trusted, [`Rechecked::summary`]'s `warnings` say why in
 //! words: the model names another served model; the ratio against the rescaled model
 //! differs between prompt lengths by more than [`SHAPE_SPREAD`] (the model's shape no
 //! longer fits the server, which no factor mends); or requests of one length differ by more
@@ -87,24 +87,14 @@ pub struct RecheckPoint {
     pub decode_ratio: f64,
 }
 
-/// A recheck's result: the factors of this recheck (against the model given) and the
-/// rescaled model.
+/// A recheck's result: its requests, its factors (against the model given), its doubts, and
+/// the rescaled model.
 #[derive(Debug, Clone)]
 pub struct Rechecked {
     pub points: Vec<RecheckPoint>,
-    pub prefill_factor: f64,
-    /// The factor of the decode terms of the step's sequences.
-    pub decode_factor: f64,
-    /// The factor of the decode context terms.
-    pub context_factor: f64,
-    /// Whether the two decode factors were told apart (else both are the median ratio).
-    pub context_apart: bool,
-    /// The lowest and highest prefill ratio of one request.
-    pub prefill_range: (f64, f64),
-    /// The lowest and highest decode ratio of one request.
-    pub decode_range: (f64, f64),
-    /// Why the factors may not hold, in words; empty when nothing says so.
-    pub warnings: Vec<String>,
+    /// The factors, their requests' ranges and why they may not hold (`warnings`, empty
+    /// when nothing says so): the summary of recheck.meta.json.
+    pub summary: RecheckSummary,
     pub model: ServerModel,
     pub output: ProbeOutput,
 }
@@ -209,21 +199,10 @@ pub async fn recheck(
         context_apart: apart,
         prefill_range,
         decode_range,
-        warnings: warnings.clone(),
-    };
-    let output = output(&points, summary, o);
-    Ok(Rechecked {
-        points,
-        prefill_factor: prefill,
-        decode_factor: decode,
-        context_factor: context,
-        context_apart: apart,
-        prefill_range,
-        decode_range,
         warnings,
-        model: rescaled,
-        output,
-    })
+    };
+    let output = output(&points, summary.clone(), o);
+    Ok(Rechecked { points, summary, model: rescaled, output })
 }
 
 /// Per prompt length, the median of a field over its requests, in the order of lengths.
