@@ -34,7 +34,7 @@ use quetta_sim::model::ServerModel;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{Findings, RecheckSummary};
-use crate::probes::{f, median, mix, ttft_ms, words, ProbeContext, ProbeError, ProbeOutput};
+use crate::probes::{f, median, mix, ols, ttft_ms, words, ProbeContext, ProbeError, ProbeOutput};
 
 /// What `recheck` sends (the `parameters` of recheck.meta.json).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,19 +205,17 @@ pub async fn recheck(
     Ok(Rechecked { points, summary, model: rescaled, output })
 }
 
-/// Per prompt length, the median of a field over its requests, in the order of lengths.
-fn by_length(points: &[RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> Vec<(u32, f64)> {
+/// The requests by prompt length, shortest first.
+fn by_length(points: &[RecheckPoint]) -> Vec<Vec<&RecheckPoint>> {
     let mut lengths: Vec<u32> = points.iter().map(|p| p.prompt_words).collect();
     lengths.sort_unstable();
     lengths.dedup();
-    lengths
-        .into_iter()
-        .filter_map(|n| {
-            let mut v: Vec<f64> =
-                points.iter().filter(|p| p.prompt_words == n).map(&field).collect();
-            Some((n, median(&mut v)?))
-        })
-        .collect()
+    lengths.into_iter().map(|n| points.iter().filter(|p| p.prompt_words == n).collect()).collect()
+}
+
+/// The median of a field over a group's requests.
+fn median_of(g: &[&RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> Option<f64> {
+    median(&mut g.iter().map(|p| field(p)).collect::<Vec<_>>())
 }
 
 /// The decode factors (of the sequences' terms, of the context terms) of the line through
@@ -226,20 +224,18 @@ fn by_length(points: &[RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> V
 /// where those parts span less than [`CONTEXT_SPAN`] of `lone`, or a factor comes out 0 or
 /// less.
 fn decode_factors(points: &[RecheckPoint], lone: f64) -> Option<(f64, f64)> {
-    let gaps = by_length(points, |p| p.gap_ms);
-    let parts = by_length(points, |p| p.model_context_ms);
-    let xy: Vec<(f64, f64)> = parts.iter().zip(&gaps).map(|(k, g)| (k.1, g.1)).collect();
-    let (lo, hi) = range(xy.iter().map(|p| p.0));
-    if xy.len() < 2 || lone.is_nan() || lone <= 0.0 || hi - lo < CONTEXT_SPAN * lone {
+    let (mut parts, mut gaps) = (Vec::new(), Vec::new());
+    for g in by_length(points) {
+        parts.push(vec![median_of(&g, |p| p.model_context_ms)?]);
+        gaps.push(median_of(&g, |p| p.gap_ms)?);
+    }
+    let (lo, hi) = range(parts.iter().map(|k| k[0]));
+    if parts.len() < 2 || lone.is_nan() || lone <= 0.0 || hi - lo < CONTEXT_SPAN * lone {
         return None;
     }
-    let n = xy.len() as f64;
-    let (mx, my) =
-        (xy.iter().map(|p| p.0).sum::<f64>() / n, xy.iter().map(|p| p.1).sum::<f64>() / n);
-    let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let context = sxy / sxx;
-    let decode = (my - context * mx) / lone;
+    // gap = decode · lone + context · part
+    let (b, _) = ols(&parts, &gaps)?;
+    let (decode, context) = (b[0] / lone, b[1]);
     (decode.is_finite() && context.is_finite() && decode > 0.0 && context > 0.0)
         .then_some((decode, context))
 }
@@ -252,9 +248,7 @@ fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
 /// is the recheck's prefill factor. Shape is judged against the rescaled model, noise
 /// against the model given.
 fn doubts(points: &[RecheckPoint], prefill: f64) -> Vec<String> {
-    let mut lengths: Vec<u32> = points.iter().map(|p| p.prompt_words).collect();
-    lengths.sort_unstable();
-    lengths.dedup();
+    let lengths = by_length(points);
     let mut out = Vec::new();
     for (what, terms) in
         [("prefill", "its attention term or fixed overheads"), ("decode", "its context terms")]
@@ -272,12 +266,9 @@ fn doubts(points: &[RecheckPoint], prefill: f64) -> Vec<String> {
         // highest ratio to the model given)
         let groups: Vec<(f64, f64, f64, f64)> = lengths
             .iter()
-            .filter_map(|&n| {
-                let g: Vec<&RecheckPoint> = points.iter().filter(|p| p.prompt_words == n).collect();
-                let mut r: Vec<f64> = g.iter().map(|p| rescaled(p)).collect();
-                let mut t: Vec<f64> = g.iter().map(|p| p.prompt_tokens as f64).collect();
+            .filter_map(|g| {
                 let (lo, hi) = range(g.iter().map(|p| given(p)));
-                Some((median(&mut t)?, median(&mut r)?, lo, hi))
+                Some((median_of(g, |p| p.prompt_tokens as f64)?, median_of(g, rescaled)?, lo, hi))
             })
             .collect();
         let (lo, hi) = (
