@@ -13,6 +13,9 @@ by the rechecked twin (--predict, virtual clock) and predicted by the calibratio
 it is. Prints the recheck factors and a Markdown table of TTFT p50/p90, TPOT p50, E2E p50
 and output throughput with each twin's error against the server.
 
+The workload decodes greedily (`--temperature 0`), as the calibration's probes do;
+QUETTA_TWIN_SAMPLING=server leaves sampling to the server's defaults.
+
 QUETTA_TWIN_LOADS (comma-separated tags: closed-c1, closed-c2, closed-c4, closed-c8, poisson-50,
 poisson-90) runs only those loads; the Poisson loads then need QUETTA_TWIN_CAPACITY (req/s) unless
 closed-c8 runs too.
@@ -38,9 +41,13 @@ server_cpu = os.environ.get("QUETTA_LLAMA_CPU") or (str(cpus - 1) if cpus >= 2 e
 if server_cpu != "none":
     os.sched_setaffinity(0, set(range(cpus)) - {int(server_cpu)})
 
+# The calibration's probes decode greedily, and so does the workload: one difference fewer
+# between what the model saw and what it predicts. QUETTA_TWIN_SAMPLING=server leaves sampling
+# to the server's defaults (the tables of docs/SIMULATOR.md before 18:01 on 2026-12-05).
+sampling = [] if os.environ.get("QUETTA_TWIN_SAMPLING") == "server" else ["--temperature", "0"]
 common = ["--tokenizer", tok, "--input-len", inp, "--output-len", outp, "--input-range-ratio", ratio,
           "--output-range-ratio", out_ratio,
-          "--ignore-eos", "--drain-timeout", "1200", "--quiet", "--overwrite"]
+          "--ignore-eos", "--drain-timeout", "1200", "--quiet", "--overwrite", *sampling]
 # Each load its own prompts, none the server has seen (llama.cpp keeps earlier prompts in its
 # cache, and a cached prompt's TTFT is not a prefill); the same prompts for the server and the
 # twin of one load.
