@@ -401,7 +401,8 @@ async fn rechecked(
         );
     } else {
         println!(
-            "decode: one factor for the sequence and context terms (the model's context terms differ too little between the prompt lengths to tell apart, or the line through the gaps needs a factor of 0 or less)"
+            "decode: one factor for the sequence and context terms (the median ratio): {}",
+            s.one_factor_why.as_deref().unwrap_or("no reason given")
         );
     }
     for w in &s.warnings {

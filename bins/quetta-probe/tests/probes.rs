@@ -402,6 +402,16 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     let w = w3[0].as_str().unwrap();
     assert!(w.starts_with("decode: the server runs at ×") && w.contains("context terms"), "{w}");
     assert!(t3.contains(&format!("quetta-probe recheck: warning: {w}")), "{t3}");
+    // the model has no context terms to tell apart, and the recheck says that is why it
+    // took one decode factor
+    let summary = meta(&d, "recheck")["summary"].clone();
+    assert_eq!(summary["context_apart"], false, "{t3}");
+    let why = summary["one_factor_why"].as_str().expect("why one decode factor");
+    assert!(
+        why.starts_with("the model's context terms at the prompt lengths span 0.00 ms"),
+        "{why}"
+    );
+    assert!(t3.contains(&format!("terms (the median ratio): {why}")), "{t3}");
     drop(sim);
     // a model with context terms (15 ms per 1,000 tokens), and a server whose sequences'
     // decode terms run at half their time while its context terms keep theirs (what this

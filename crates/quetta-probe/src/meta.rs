@@ -242,6 +242,9 @@ pub struct RecheckSummary {
     pub context_factor: f64,
     /// Whether the two decode factors were told apart (else both are the median ratio).
     pub context_apart: bool,
+    /// Why they were not (absent when they were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_factor_why: Option<String>,
     /// The lowest and highest ratio of one request.
     pub prefill_range: (f64, f64),
     pub decode_range: (f64, f64),
@@ -363,9 +366,23 @@ mod tests {
                     decode_factor: 0.75,
                     context_factor: 1.0,
                     context_apart: true,
+                    one_factor_why: None,
                     prefill_range: (1.0, 1.5),
                     decode_range: (0.5, 1.0),
                     warnings: vec!["decode: …".into()],
+                },
+            },
+            Findings::Recheck {
+                parameters: RecheckOptions::default(),
+                summary: RecheckSummary {
+                    prefill_factor: 1.25,
+                    decode_factor: 0.75,
+                    context_factor: 0.75,
+                    context_apart: false,
+                    one_factor_why: Some("the requests were of one prompt length".into()),
+                    prefill_range: (1.0, 1.5),
+                    decode_range: (0.5, 1.0),
+                    warnings: Vec::new(),
                 },
             },
         ]

@@ -153,12 +153,12 @@ pub async fn recheck(
         });
     }
     let lone = step.lone_decode_ms(0).0;
-    let (decode, context, apart) = match decode_factors(&points, lone) {
-        Some((d, c)) => (d, c, true),
-        None => {
+    let (decode, context, one_factor_why) = match decode_factors(&points, lone) {
+        Ok((d, c)) => (d, c, None),
+        Err(why) => {
             let mut dr: Vec<f64> = points.iter().map(|p| p.decode_ratio).collect();
             let d = median(&mut dr).unwrap_or(f64::NAN);
-            (d, d, false)
+            (d, d, Some(why))
         }
     };
     // the prompt terms alone: the TTFT less the fixed overheads and the step's base at the
@@ -196,7 +196,8 @@ pub async fn recheck(
         prefill_factor: prefill,
         decode_factor: decode,
         context_factor: context,
-        context_apart: apart,
+        context_apart: one_factor_why.is_none(),
+        one_factor_why,
         prefill_range,
         decode_range,
         warnings,
@@ -220,24 +221,43 @@ fn median_of(g: &[&RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> Optio
 
 /// The decode factors (of the sequences' terms, of the context terms) of the line through
 /// each prompt length's median gap against the model's median context part there (least
-/// squares); `lone` is the model's step of one sequence without its context terms. `None`
-/// where those parts span less than [`CONTEXT_SPAN`] of `lone`, or a factor comes out 0 or
-/// less.
-fn decode_factors(points: &[RecheckPoint], lone: f64) -> Option<(f64, f64)> {
+/// squares); `lone` is the model's step of one sequence without its context terms. Why not,
+/// where the requests are of one prompt length, those parts span less than
+/// [`CONTEXT_SPAN`] of `lone`, or a factor comes out 0 or less.
+fn decode_factors(points: &[RecheckPoint], lone: f64) -> Result<(f64, f64), String> {
     let (mut parts, mut gaps) = (Vec::new(), Vec::new());
     for g in by_length(points) {
-        parts.push(vec![median_of(&g, |p| p.model_context_ms)?]);
-        gaps.push(median_of(&g, |p| p.gap_ms)?);
+        let (Some(part), Some(gap)) =
+            (median_of(&g, |p| p.model_context_ms), median_of(&g, |p| p.gap_ms))
+        else {
+            continue;
+        };
+        parts.push(vec![part]);
+        gaps.push(gap);
+    }
+    if parts.len() < 2 {
+        return Err("the requests were of one prompt length".into());
+    }
+    if lone.is_nan() || lone <= 0.0 {
+        return Err(format!("the model's step of one sequence is {lone:.3} ms"));
     }
     let (lo, hi) = range(parts.iter().map(|k| k[0]));
-    if parts.len() < 2 || lone.is_nan() || lone <= 0.0 || hi - lo < CONTEXT_SPAN * lone {
-        return None;
+    if hi - lo < CONTEXT_SPAN * lone {
+        return Err(format!(
+            "the model's context terms at the prompt lengths span {:.2} ms, under {CONTEXT_SPAN} of its {lone:.2} ms step of one sequence",
+            hi - lo
+        ));
     }
     // gap = decode · lone + context · part
-    let (b, _) = ols(&parts, &gaps)?;
+    let (b, _) = ols(&parts, &gaps).ok_or("the line through the gaps is singular")?;
     let (decode, context) = (b[0] / lone, b[1]);
-    (decode.is_finite() && context.is_finite() && decode > 0.0 && context > 0.0)
-        .then_some((decode, context))
+    if decode.is_finite() && context.is_finite() && decode > 0.0 && context > 0.0 {
+        Ok((decode, context))
+    } else {
+        Err(format!(
+            "the line through the gaps needs the sequence terms at ×{decode:.3} and the context terms at ×{context:.3}, and both must be above 0"
+        ))
+    }
 }
 
 fn range(v: impl Iterator<Item = f64>) -> (f64, f64) {
@@ -396,7 +416,7 @@ mod tests {
     /// sequences' terms ran at ×0.46 of the model, its context terms at ×1.03; one median
     /// factor (×0.60) had left the twin's TPOT 12 % low where four streams held ~2,700
     /// tokens of context. Context parts that barely differ, or a line that needs a
-    /// negative base, give no pair (the median ratio instead).
+    /// negative base, give no pair (the median ratio instead), and say why.
     #[test]
     fn the_decode_terms_and_the_context_terms_are_told_apart() {
         let lone = 8.3727 + 14.9669;
@@ -422,11 +442,16 @@ mod tests {
         let (d, c) = decode_factors(&p, lone).expect("two factors");
         assert!((d - 0.464).abs() < 0.005 && (c - 1.029).abs() < 0.005, "{d} {c}");
         let flat: Vec<_> = rows.iter().map(|&(w, c, g)| mk(w, c, g, 0.1)).collect();
-        assert_eq!(decode_factors(&flat, lone), None, "context parts 0.8 ms apart");
+        let why = decode_factors(&flat, lone).expect_err("context parts 0.8 ms apart");
+        assert!(why.contains("span 0.79 ms, under 0.2 of its 23.34 ms"), "{why}");
         let steep: Vec<_> = rows
             .iter()
             .map(|&(w, c, g)| mk(w, c, if w == 128 { 5.0 } else { g + 10.0 }, 1.0))
             .collect();
-        assert_eq!(decode_factors(&steep, lone), None, "a negative base");
+        let why = decode_factors(&steep, lone).expect_err("a negative base");
+        assert!(why.contains("both must be above 0"), "{why}");
+        let one: Vec<_> = p.iter().filter(|q| q.prompt_words == 128).copied().collect();
+        let why = decode_factors(&one, lone).expect_err("one prompt length");
+        assert!(why.contains("one prompt length"), "{why}");
     }
 }
