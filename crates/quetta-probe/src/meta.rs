@@ -388,6 +388,19 @@ mod tests {
         ]
     }
 
+    fn meta_of(findings: Findings) -> ProbeMeta {
+        ProbeMeta {
+            schema_version: META_SCHEMA_VERSION,
+            findings,
+            server: MetaServer { base_url: "http://127.0.0.1:1".into(), kind: "vllm".into() },
+            model: "m".into(),
+            tool: "quetta-probe".into(),
+            tool_version: "0.1.0".into(),
+            time_unix_s: 1,
+            host: MetaHost { name: "h".into(), os: "linux".into(), arch: "x86_64".into(), cpus: 2 },
+        }
+    }
+
     /// Every probe's meta.json, with figures and without (`null`, `error`), is valid against
     /// the schema and reads back as what was written; a summary of another probe is not.
     #[test]
@@ -397,21 +410,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for f in findings() {
             seen.insert(f.probe());
-            let meta = ProbeMeta {
-                schema_version: META_SCHEMA_VERSION,
-                findings: f.clone(),
-                server: MetaServer { base_url: "http://127.0.0.1:1".into(), kind: "vllm".into() },
-                model: "m".into(),
-                tool: "quetta-probe".into(),
-                tool_version: "0.1.0".into(),
-                time_unix_s: 1,
-                host: MetaHost {
-                    name: "h".into(),
-                    os: "linux".into(),
-                    arch: "x86_64".into(),
-                    cpus: 2,
-                },
-            };
+            let meta = meta_of(f.clone());
             let v = serde_json::to_value(&meta).unwrap();
             let errs: Vec<String> = val.iter_errors(&v).map(|e| e.to_string()).collect();
             assert!(errs.is_empty(), "{}: {errs:?}\n{v:#}", f.probe());
@@ -426,5 +425,14 @@ mod tests {
             assert!(!val.is_valid(&wrong), "{} as another probe", f.probe());
         }
         assert_eq!(seen.len(), 7, "{seen:?}");
+        // a recheck's file says why it took one decode factor exactly when it did
+        for (apart, why) in [(false, None), (true, Some("a reason"))] {
+            let mut f = findings().pop().expect("a recheck last");
+            let Findings::Recheck { summary, .. } = &mut f else { panic!("a recheck last") };
+            summary.context_apart = apart;
+            summary.one_factor_why = why.map(Into::into);
+            let v = serde_json::to_value(meta_of(f)).unwrap();
+            assert!(!val.is_valid(&v), "context_apart {apart} with one_factor_why {why:?}");
+        }
     }
 }

@@ -225,16 +225,12 @@ fn median_of(g: &[&RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> Optio
 /// where the requests are of one prompt length, those parts span less than
 /// [`CONTEXT_SPAN`] of `lone`, or a factor comes out 0 or less.
 fn decode_factors(points: &[RecheckPoint], lone: f64) -> Result<(f64, f64), String> {
-    let (mut parts, mut gaps) = (Vec::new(), Vec::new());
-    for g in by_length(points) {
-        let (Some(part), Some(gap)) =
-            (median_of(&g, |p| p.model_context_ms), median_of(&g, |p| p.gap_ms))
-        else {
-            continue;
-        };
-        parts.push(vec![part]);
-        gaps.push(gap);
-    }
+    let (parts, gaps): (Vec<Vec<f64>>, Vec<f64>) = by_length(points)
+        .iter()
+        .filter_map(|g| {
+            Some((vec![median_of(g, |p| p.model_context_ms)?], median_of(g, |p| p.gap_ms)?))
+        })
+        .unzip();
     if parts.len() < 2 {
         return Err("the requests were of one prompt length".into());
     }
