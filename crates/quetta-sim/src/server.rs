@@ -469,7 +469,7 @@ fn submit_to_twin(
         cached_tokens: u32::try_from(rec.cached_tokens).unwrap_or(u32::MAX),
         output_tokens: n_tokens,
     };
-    tx.send(crate::twin::Submit { req, tokens: t_tx }).ok()?;
+    tx.send(crate::twin::Submit { req, order: rec.request_id, tokens: t_tx }).ok()?;
     Some(t_rx)
 }
 

@@ -6,6 +6,12 @@
 //! token is stamped with its step's end and its chunk leaves as soon after as the stream
 //! is polled. A request whose stream is gone (its client disconnected) is aborted at its
 //! next token, as a real server notices a closed connection when it writes.
+//!
+//! Requests the scheduler first sees at one instant (those that shared a gather window, or
+//! arrived during one step) join the queue in the client's order (`x-quetta-request-id`),
+//! then by arrival: which of them reached the socket first is a race of the client's tasks
+//! that the twin does not pass on, so that the live twin and a prediction of the same plan
+//! (which sends in plan order) queue them alike.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,7 +25,18 @@ use crate::model::ServerModel;
 #[derive(Debug)]
 pub(crate) struct Submit {
     pub(crate) req: EngineRequest,
+    /// The client's request id, when it sent one: the queue order of simultaneous requests.
+    pub(crate) order: Option<u64>,
     pub(crate) tokens: UnboundedSender<Instant>,
+}
+
+/// Take the pending requests that have reached the scheduler by `now` (`pending` sorted
+/// latest first), in the order they join the queue: the client's, then arrival.
+fn arrived(pending: &mut Vec<Submit>, now: u64) -> Vec<Submit> {
+    let split = pending.partition_point(|s| s.req.at_ns > now);
+    let mut batch = pending.split_off(split);
+    batch.sort_by_key(|s| (s.order.unwrap_or(u64::MAX), s.req.at_ns, s.req.id));
+    batch
 }
 
 /// Run the engine until every sender of `rx` is gone.
@@ -49,8 +66,7 @@ pub(crate) async fn drive(model: ServerModel, epoch: Instant, mut rx: UnboundedR
             }
         }
         pending.sort_by_key(|s| std::cmp::Reverse(s.req.at_ns));
-        while pending.last().is_some_and(|s| s.req.at_ns <= now) {
-            let s = pending.pop().expect("last exists");
+        for s in arrived(&mut pending, now) {
             streams.insert(s.req.id, s.tokens);
             engine.submit(s.req);
         }

@@ -285,3 +285,48 @@ fn a_request_whose_client_left_frees_its_slot() {
     let ttft = r.summary.metrics.ttft_ms.p50.unwrap();
     assert!(ttft < 1_000.0, "the next request waited {ttft:.0} ms for the abandoned one");
 }
+
+/// Requests that reach the live twin together (within its gather window) queue in the
+/// client's order (`x-quetta-request-id`), not in the order their sockets happened to be
+/// read: a prediction sends in plan order, and the two must queue them alike. One sequence
+/// at a time, three requests sent 30 ms apart in the reverse of their ids: they finish in
+/// the order of their ids.
+#[test]
+fn simultaneous_requests_queue_in_the_clients_order() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+
+    let mut m = model();
+    m.max_seqs = 1;
+    m.gather_ms = 300.0;
+    let sim =
+        quetta::sim::Simulator::start(SimConfig { server_model: Some(m), ..SimConfig::default() })
+            .unwrap();
+    let addr = sim.addr();
+    let send = move |id: u64| {
+        std::thread::spawn(move || {
+            let body = r#"{"model":"twin","prompt":"one two three four","max_tokens":4,"ignore_eos":true}"#;
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            write!(
+                s,
+                "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+                 x-quetta-request-id: {id}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).unwrap();
+            assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+            (id, Instant::now())
+        })
+    };
+    let mut sent = Vec::new();
+    for id in [2, 1, 0] {
+        sent.push(send(id));
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut done: Vec<(u64, Instant)> = sent.into_iter().map(|h| h.join().unwrap()).collect();
+    done.sort_by_key(|&(_, at)| at);
+    let order: Vec<u64> = done.iter().map(|&(id, _)| id).collect();
+    assert_eq!(order, [0, 1, 2], "finished in this order (sent 2, 1, 0 within the window)");
+}
