@@ -7,7 +7,7 @@ usage: twin-compare.py BASE_URL SERVER_MODEL.json TOKENIZER OUT_DIR [N_REQUESTS]
 
 For closed loops at concurrency 1, 2, 4 and 8 and Poisson arrivals at 50 % and 90 % of the
 capacity measured at concurrency 8: first `quetta-probe recheck` rescales the model to the
-server's speed of that moment (six lone requests), then the same workload runs against the
+server's speed of that moment (six lone requests of 128 and 768 words, 48 tokens out), then the same workload runs against the
 server, a second recheck says how far the server's speed moved during it, then against the live rechecked twin (quetta-bench run --sim-model, real time), predicted
 by the rechecked twin (--predict, virtual clock) and predicted by the calibration's model as
 it is. Prints the recheck factors and a Markdown table of TTFT p50/p90, TPOT p50, E2E p50
@@ -51,6 +51,13 @@ common = ["--tokenizer", tok, "--input-len", inp, "--output-len", outp, "--input
 # Each load its own prompts, none the server has seen (llama.cpp keeps earlier prompts in its
 # cache, and a cached prompt's TTFT is not a prefill); the same prompts for the server and the
 # twin of one load.
+# The rechecks' prompts span the workload's (about 170 and 1,000 tokens with the template,
+# against 128-1,024), so the context factor is measured where the loads decode, and over
+# twice the span of the default 128,512 words; 48 tokens out, as the calibration's decode.
+# QUETTA_TWIN_RECHECK=default keeps quetta-probe recheck's defaults (the tables before
+# the night of 2026-12-05).
+recheck_span = ([] if os.environ.get("QUETTA_TWIN_RECHECK") == "default"
+                else ["--prompt-words", "128,768", "--decode-tokens", "48"])
 salt = int(time.time()) % 1_000_000
 seeds = {}
 
@@ -74,7 +81,7 @@ def run(name, kind, load, requests=None, sim_model=None):
 def recheck(name):
     """The model rescaled to the server's speed now (quetta-probe recheck): its path and factors."""
     m = os.path.join(out, f"recheck-{name}.json")
-    cmd = [probe, "recheck", "--base-url", url, "--server-model", model,
+    cmd = [probe, "recheck", "--base-url", url, "--server-model", model, *recheck_span,
            "--output-dir", os.path.join(out, f"recheck-{name}"), "-o", m]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
