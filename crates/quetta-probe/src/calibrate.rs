@@ -6,7 +6,8 @@
 //!    asked for two; TTFT = intercept + `prefill_token_ms`·n + `prefill_pair_mt_ms`·n²/2/10⁶,
 //!    n the server's prompt tokens (`usage`); a negative attention term refits without it.
 //! 3. **Decode**: `B` streams at once for B in {1, max/2, max} and each context length; the
-//!    median gap while every stream decodes = `base_ms` + `decode_seq_ms`·B +
+//!    mean gap while every stream decodes (each stream's mean, the median over the streams:
+//!    a twin's TPOT is a mean, slow steps and all) = `base_ms` + `decode_seq_ms`·B +
 //!    `context_kt_ms`·C/1000 [+ `context_over_kt_ms`·max(0, C − knee)/1000, where the knee
 //!    pays for itself], C the streams' tokens in cache. The prefill intercept less `base_ms`
 //!    is the arrival overhead.
@@ -158,7 +159,8 @@ async fn prefill(
     Ok(out)
 }
 
-/// Steady gaps of `b` streams of `context` words: (B, C tokens, median gap ms).
+/// Steady gaps of `b` streams of `context` words: (B, C tokens, the median over the streams
+/// of each one's mean gap, ms).
 async fn decode(
     ctx: &ProbeContext,
     o: &CalibrateOptions,
@@ -185,8 +187,8 @@ async fn decode(
             for r in join_all(futs).await {
                 obs.push(r?);
             }
-            let mut meds = crate::probes::steady_gaps(&obs).per_req;
-            let Some(gap) = median(&mut meds) else {
+            let mut means = crate::probes::steady_gaps(&obs).per_req_mean;
+            let Some(gap) = median(&mut means) else {
                 return Err(ProbeError::Request(format!(
                     "{b} streams of {c} words never decoded together: the server ran them one after another (fewer slots than {b}?)"
                 )));

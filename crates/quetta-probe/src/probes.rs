@@ -150,6 +150,11 @@ pub(crate) fn ttft_ms(o: &Observation) -> Option<f64> {
     ms(o.first_token, o.sent)
 }
 
+/// The mean of `v` (`None` when empty).
+pub(crate) fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
 pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -337,10 +342,12 @@ pub(crate) fn token_times(o: &Observation) -> Vec<f64> {
 }
 
 /// The gaps of streams run together, inside the window where every one of them decodes
-/// (from the last first token to the first end): each stream's median gap, the gaps
-/// counted, and the window (ms offsets).
+/// (from the last first token to the first end): each stream's median gap and mean gap, the
+/// gaps counted, and the window (ms offsets).
 pub(crate) struct Steady {
     pub(crate) per_req: Vec<f64>,
+    /// Each stream's mean gap in the window: its TPOT there, hiccups included.
+    pub(crate) per_req_mean: Vec<f64>,
     pub(crate) counted: usize,
     pub(crate) start: f64,
     pub(crate) end: f64,
@@ -351,14 +358,16 @@ pub(crate) fn steady_gaps(obs: &[Observation]) -> Steady {
     let start = times.iter().filter_map(|t| t.first().copied()).fold(f64::MIN, f64::max);
     let end = times.iter().filter_map(|t| t.last().copied()).fold(f64::MAX, f64::min);
     let mut per_req = Vec::new();
+    let mut per_req_mean = Vec::new();
     let mut counted = 0;
     for t in &times {
         let mut g: Vec<f64> =
             t.windows(2).filter(|w| w[0] >= start && w[1] <= end).map(|w| w[1] - w[0]).collect();
         counted += g.len();
+        per_req_mean.extend(mean(&g));
         per_req.extend(median(&mut g));
     }
-    Steady { per_req, counted, start, end }
+    Steady { per_req, per_req_mean, counted, start, end }
 }
 
 /// `decode-grid`: steady-state inter-token latency over batch size × context length. For
@@ -394,7 +403,7 @@ pub async fn decode_grid(
             for r in join_all(futs).await {
                 obs.push(r?);
             }
-            let Steady { mut per_req, counted, start, end } = steady_gaps(&obs);
+            let Steady { mut per_req, counted, start, end, .. } = steady_gaps(&obs);
             let streams = per_req.len();
             let itl = median(&mut per_req);
             cells.push(GridCell { batch: b, context: c, itl_ms: itl });
@@ -744,6 +753,26 @@ mod tests {
         );
         assert!((r2 - 1.0).abs() < 1e-12);
         assert!(ols(&[vec![1.0], vec![1.0]], &[1.0, 2.0]).is_none(), "singular");
+    }
+
+    /// A stream's slow step counts in its mean gap (what a twin's TPOT must match) and not
+    /// in its median; only gaps inside the window where both streams decode count.
+    #[test]
+    fn steady_gaps_keep_a_slow_step_in_the_mean() {
+        let stream = |first_ms: u64, gaps_us: &[u32]| Observation {
+            first_token: Some(std::time::Duration::from_millis(first_ms)),
+            itl_us: gaps_us.to_vec(),
+            ..Default::default()
+        };
+        // tokens at 0, 10, 20, 30, 70, 80, 90 ms; the other stream from 10 to 95 ms
+        let a = stream(0, &[10_000, 10_000, 10_000, 40_000, 10_000, 10_000]);
+        let b = stream(10, &[85_000]);
+        let s = steady_gaps(&[a, b]);
+        assert_eq!((s.start, s.end), (10.0, 90.0));
+        // a's gaps inside [10, 90]: 10, 10, 40, 10, 10 ms; b's one gap ends at 95, outside
+        assert_eq!(s.per_req, vec![10.0]);
+        assert_eq!(s.per_req_mean, vec![16.0]);
+        assert_eq!(s.counted, 5);
     }
 
     #[test]

@@ -7,11 +7,12 @@
 //! minutes; a recheck sends a few lone requests (fresh prompts of the lengths given, one after
 //! another, `ignore_eos`) and compares each with what the model predicts for it alone:
 //!
-//! - decode: the request's median inter-token gap against the model's step of one sequence
-//!   at its context (prompt + half the output). The step's terms move apart: on that VM
+//! - decode: the request's mean inter-token gap (its TPOT: the server's slow steps count,
+//!   as they do in a load's TPOT) against the model's step of one sequence at its context
+//!   (prompt + half the output). The step's terms move apart: on that VM
 //!   the terms of its sequences (reading the weights, bound by memory a neighbour shares)
 //!   ran at ×0.31 of a calibration while its context terms (attention, bound by the CPU)
-//!   stayed at ×0.91. So per prompt length the median gap is set against the model's
+//!   stayed at ×0.91. So per prompt length the requests' median gap is set against the model's
 //!   median context part, and the line through them gives `decode_factor` (the sequences'
 //!   terms) and `context_factor` (the context terms); where the model's context terms
 //!   differ too little between the lengths to tell them apart ([`CONTEXT_SPAN`]), or the
@@ -34,7 +35,9 @@ use quetta_sim::model::ServerModel;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{Findings, RecheckSummary};
-use crate::probes::{f, median, mix, ols, ttft_ms, words, ProbeContext, ProbeError, ProbeOutput};
+use crate::probes::{
+    f, mean, median, mix, ols, ttft_ms, words, ProbeContext, ProbeError, ProbeOutput,
+};
 
 /// What `recheck` sends (the `parameters` of recheck.meta.json).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +77,7 @@ pub struct RecheckPoint {
     pub cached_tokens: u64,
     pub ttft_ms: f64,
     pub model_ttft_ms: f64,
-    /// Median inter-token gap.
+    /// Mean inter-token gap (the request's TPOT).
     pub gap_ms: f64,
     pub model_gap_ms: f64,
     /// The part of `model_gap_ms` that grows with the context (its context terms).
@@ -125,8 +128,8 @@ pub async fn recheck(
         let obs = ctx.send(id, words(n, mix(seed ^ id)), o.decode_tokens, t0).await?;
         let ttft = ttft_ms(&obs)
             .ok_or_else(|| ProbeError::Request(format!("request {id} gave no token")))?;
-        let mut gaps: Vec<f64> = obs.itl_us.iter().map(|g| f64::from(*g) / 1e3).collect();
-        let gap = median(&mut gaps).ok_or_else(|| {
+        let gaps: Vec<f64> = obs.itl_us.iter().map(|g| f64::from(*g) / 1e3).collect();
+        let gap = mean(&gaps).ok_or_else(|| {
             ProbeError::Request(format!("request {id} streamed fewer than two tokens"))
         })?;
         let tokens = obs.usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(n));
