@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from twin_figures import figures
+
 bench = os.environ.get("QUETTA_BENCH", "target/release/quetta-bench")
 probe = os.environ.get("QUETTA_PROBE", os.path.join(os.path.dirname(bench), "quetta-probe"))
 url, model, tok, out = sys.argv[1:5]
@@ -93,12 +95,6 @@ def recheck(name):
     with open(m) as f:
         re = json.load(f)["rechecked"]
     return m, re["prefill_factor"], re["decode_factor"], re.get("context_factor", re["decode_factor"])
-
-
-def figures(s):
-    m = s if "ttft_ms" in s else s["metrics"]
-    return {"TTFT p50": m["ttft_ms"]["p50"], "TTFT p90": m["ttft_ms"]["p90"], "TPOT p50": m["tpot_ms"]["p50"],
-            "E2E p50": m["e2e_ms"]["p50"], "output tok/s": m["output_token_throughput"]}
 
 
 rows = []

@@ -15,6 +15,8 @@ Run it from the repository root; QUETTA_BENCH names the quetta-bench binary
 (target/release/quetta-bench unless set).
 """
 import csv, json, os, statistics as st, subprocess, sys
+
+from twin_figures import figures
 d, cal = sys.argv[1], json.load(open(sys.argv[2]))
 loads = sys.argv[3:] or ["closed-c1", "closed-c2", "closed-c4", "closed-c8", "poisson-50", "poisson-90"]
 bench = os.environ.get("QUETTA_BENCH", "target/release/quetta-bench")
@@ -23,8 +25,7 @@ SEQ = ["base_ms", "decode_seq_ms", "multi_seq_ms"]
 CTX = ["context_kt_ms", "context_over_kt_ms"]
 
 def figs(s):
-    m = s if "ttft_ms" in s else s["metrics"]
-    return [m["ttft_ms"]["p50"], m["ttft_ms"]["p90"], m["tpot_ms"]["p50"], m["e2e_ms"]["p50"], m["output_token_throughput"]]
+    return list(figures(s).values())
 
 def variant(rec, p, sq, cx, path):
     m = json.load(open(rec))

@@ -504,10 +504,9 @@ pub async fn herd(
     };
     // over the requests that gave a token (a row with an empty TTFT says which did not)
     client.retain(|t| t.is_finite());
-    let mean = client.iter().sum::<f64>() / client.len() as f64;
     let max = client.iter().copied().fold(f64::NAN, f64::max);
     let summary = HerdSummary {
-        client_ttft_mean_ms: finite(mean),
+        client_ttft_mean_ms: mean(&client),
         client_ttft_p50_ms: median(&mut client),
         client_ttft_max_ms: finite(max),
         server_ttft_mean_ms: server_ttft,
@@ -630,10 +629,10 @@ pub async fn stage_split(
     }
     let b = server::read(&scrape_once(&url, None).await.map_err(ProbeError::Request)?);
     let d = server::deltas(&a, &b, &[]);
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let per_req = |k: &str| d.get(k).map(|x| x.delta / f64::from(n) * 1e3);
     let hist = |k: &str| d.get(k).and_then(|x| x.mean).map(|s| s * 1e3);
-    let (ct, ce) = (mean(&ttft), mean(&e2e));
+    // a request that failed makes its mean NaN: the row's client column is left empty
+    let (ct, ce) = (mean(&ttft).and_then(finite), mean(&e2e).and_then(finite));
     let stages: Vec<(&str, Option<f64>, Option<f64>, &str)> = vec![
         ("queue", hist("queue_time_s"), None, "queue_time_s"),
         (
@@ -642,14 +641,14 @@ pub async fn stage_split(
             None,
             "prefill_time_s | prompt_seconds_total",
         ),
-        ("ttft", hist("ttft_s"), Some(ct), "ttft_s"),
+        ("ttft", hist("ttft_s"), ct, "ttft_s"),
         (
             "decode",
             hist("decode_time_s").or_else(|| per_req("decode_seconds_total")),
-            Some(ce - ct),
+            ce.zip(ct).map(|(e, t)| e - t),
             "decode_time_s | decode_seconds_total",
         ),
-        ("e2e", hist("e2e_s"), Some(ce), "e2e_s"),
+        ("e2e", hist("e2e_s"), ce, "e2e_s"),
     ];
     let rows = stages
         .iter()
