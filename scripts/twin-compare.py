@@ -17,6 +17,8 @@ The workload decodes greedily (`--temperature 0`), as the calibration's probes d
 QUETTA_TWIN_SAMPLING=server leaves sampling to the server's defaults.
 
 QUETTA_TWIN_NO_LIVE (tags, as QUETTA_TWIN_LOADS) skips those loads' live twin runs.
+A load's first recheck is made again, up to QUETTA_TWIN_RECHECK_TRIES times in all (3 unless
+set), while it warns that the server's speed moved during it (the last one is kept).
 
 QUETTA_TWIN_LOADS (comma-separated tags: closed-c1, closed-c2, closed-c4, closed-c8, poisson-50,
 poisson-90) runs only those loads; the Poisson loads then need QUETTA_TWIN_CAPACITY (req/s) unless
@@ -82,18 +84,26 @@ def run(name, kind, load, requests=None, sim_model=None):
         return json.load(f)
 
 
-def recheck(name):
-    """The model rescaled to the server's speed now (quetta-probe recheck): its path and factors."""
+def recheck(name, tries=1):
+    """The model rescaled to the server's speed now (quetta-probe recheck): its path and factors.
+
+    With tries > 1 a recheck that warns the server's speed moved while it ran is made again,
+    as its warning tells a user to, up to `tries` times; the last one is kept."""
     m = os.path.join(out, f"recheck-{name}.json")
     cmd = [probe, "recheck", "--base-url", url, "--server-model", model, *recheck_span,
            "--output-dir", os.path.join(out, f"recheck-{name}"), "-o", m]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
-    # the recheck's doubts (another model, shape, noise), from its typed meta file
-    with open(os.path.join(out, f"recheck-{name}", "recheck.meta.json")) as f:
-        for w in json.load(f)["summary"]["warnings"]:
-            print(f"[{time.strftime('%H:%M:%S')}] {name}: recheck warning: {w}", file=sys.stderr, flush=True)
+    for attempt in range(1, tries + 1):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
+        # the recheck's doubts (another model, shape, noise), from its typed meta file
+        with open(os.path.join(out, f"recheck-{name}", "recheck.meta.json")) as f:
+            warnings = json.load(f)["summary"]["warnings"]
+        for w in warnings:
+            print(f"[{time.strftime('%H:%M:%S')}] {name} (recheck {attempt}): recheck warning: {w}",
+                  file=sys.stderr, flush=True)
+        if not any("speed moved" in w for w in warnings):
+            break
     with open(m) as f:
         re = json.load(f)["rechecked"]
     return m, re["prefill_factor"], re["decode_factor"], re.get("context_factor", re["decode_factor"])
@@ -106,7 +116,7 @@ kinds = ("real", "live", "predicted", "calibration")
 
 
 def measure(name, tag, load):
-    m, pf, df, cf = recheck(tag)
+    m, pf, df, cf = recheck(tag, tries=int(os.environ.get("QUETTA_TWIN_RECHECK_TRIES", "3")))
     got = {"real": figures(run(tag, "real", load))}
     # the server again right after its load: how far its speed moved while the load ran (the
     # twin keeps the factors of before; a drift beside an error says whose error it is)
