@@ -410,9 +410,9 @@ mod tests {
         );
     }
 
-    /// The recheck of 2026-12-06 03:22 before Poisson 90 % (a slow spell over its first four
-    /// requests): both lengths' requests scatter, and each is named (the twin it rescaled
-    /// predicted that load's TTFT p50 +148 %).
+    /// The recheck of 2026-12-06 03:22 before Poisson 90 % (three of its first four requests
+    /// in a slow spell): both lengths' requests scatter, and each is named (the twin it
+    /// rescaled predicted that load's TTFT p50 +148 %).
     #[test]
     fn every_noisy_length_is_named() {
         let mk = |words: u32, tokens: u64, prefill: f64, gap: f64, rescaled: f64, ratio: f64| {
