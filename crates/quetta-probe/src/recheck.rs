@@ -7,12 +7,12 @@
 //! minutes; a recheck sends a few lone requests (fresh prompts of the lengths given, one after
 //! another, `ignore_eos`) and compares each with what the model predicts for it alone:
 //!
-//! - decode: the request's mean inter-token gap (its TPOT: the server's slow steps count,
-//!   as they do in a load's TPOT) against the model's step of one sequence at its context
+//! - decode: the request's TPOT as a load's record has it (docs/METRICS.md: its tokens, not
+//!   its chunks, and the server's slow steps count) against the model's step of one sequence at its context
 //!   (prompt + half the output). The step's terms move apart: on that VM
 //!   the terms of its sequences (reading the weights, bound by memory a neighbour shares)
 //!   ran at ×0.31 of a calibration while its context terms (attention, bound by the CPU)
-//!   stayed at ×0.91. So per prompt length the requests' median gap is set against the model's
+//!   stayed at ×0.91. So per prompt length the requests' median TPOT is set against the model's
 //!   median context part, and the line through them gives `decode_factor` (the sequences'
 //!   terms) and `context_factor` (the context terms); where the model's context terms
 //!   differ too little between the lengths to tell them apart ([`CONTEXT_SPAN`]), or the
@@ -31,13 +31,12 @@
 
 use std::time::Instant;
 
+use quetta_metrics::RequestRecord;
 use quetta_sim::model::ServerModel;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{Findings, RecheckSummary};
-use crate::probes::{
-    f, mean, median, mix, ols, ttft_ms, words, ProbeContext, ProbeError, ProbeOutput,
-};
+use crate::probes::{f, median, mix, ols, words, ProbeContext, ProbeError, ProbeOutput};
 
 /// What `recheck` sends (the `parameters` of recheck.meta.json).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,7 +76,7 @@ pub struct RecheckPoint {
     pub cached_tokens: u64,
     pub ttft_ms: f64,
     pub model_ttft_ms: f64,
-    /// Mean inter-token gap (the request's TPOT).
+    /// The request's TPOT (`RequestRecord::tpot_ms`): its mean time per output token.
     pub gap_ms: f64,
     pub model_gap_ms: f64,
     /// The part of `model_gap_ms` that grows with the context (its context terms).
@@ -126,15 +125,18 @@ pub async fn recheck(
         let n = o.prompt_words[i as usize % o.prompt_words.len()].max(1);
         let id = 5_000 + u64::from(i);
         let obs = ctx.send(id, words(n, mix(seed ^ id)), o.decode_tokens, t0).await?;
-        let ttft = ttft_ms(&obs)
+        let usage = obs.usage;
+        // TTFT and TPOT as a load's records have them (docs/METRICS.md): the twin is judged
+        // on a load's TPOT, which counts tokens, not chunks, and the server's slow steps
+        let record = RequestRecord::from_observation(obs);
+        let ttft = record
+            .ttft_ms
             .ok_or_else(|| ProbeError::Request(format!("request {id} gave no token")))?;
-        let gaps: Vec<f64> = obs.itl_us.iter().map(|g| f64::from(*g) / 1e3).collect();
-        let gap = mean(&gaps).ok_or_else(|| {
+        let gap = record.tpot_ms.ok_or_else(|| {
             ProbeError::Request(format!("request {id} streamed fewer than two tokens"))
         })?;
-        let tokens = obs.usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(n));
-        let cached =
-            obs.usage.and_then(|u| u.cached_tokens).unwrap_or(0).min(tokens.saturating_sub(1));
+        let tokens = usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(n));
+        let cached = usage.and_then(|u| u.cached_tokens).unwrap_or(0).min(tokens.saturating_sub(1));
         let new = tokens - cached;
         let pairs = new as f64 * (cached as f64 + new as f64 / 2.0);
         // the prompt terms alone: a lone prefill step less its base
