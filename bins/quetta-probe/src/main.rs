@@ -153,9 +153,10 @@ enum Cmd {
         /// Prompt lengths (words), taken in turn.
         #[arg(long, default_value = "128,512", value_delimiter = ',')]
         prompt_words: Vec<u32>,
-        /// Tokens each request generates.
-        #[arg(long, default_value_t = 32)]
-        decode_tokens: u32,
+        /// Tokens each request generates (default: as many as each stream of the
+        /// calibration's decode probe, else 32).
+        #[arg(long)]
+        decode_tokens: Option<u32>,
         /// Where the rescaled model goes (default: none written, the factors printed).
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
@@ -290,7 +291,9 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
             let o = quetta_probe::recheck::RecheckOptions {
                 requests: *requests,
                 prompt_words: prompt_words.clone(),
-                decode_tokens: *decode_tokens,
+                decode_tokens: decode_tokens
+                    .or(model.decode_probe_tokens)
+                    .unwrap_or(quetta_probe::recheck::RecheckOptions::default().decode_tokens),
             };
             return rechecked(&ctx, c, &model, &o, output.as_deref()).await;
         }

@@ -215,6 +215,7 @@ fn known_model() -> quetta_sim::model::ServerModel {
         emit_overhead_ms: 0.0,
         gather_ms: 2.0,
         fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },
+        decode_probe_tokens: None,
         rechecked: None,
     }
 }
@@ -271,6 +272,8 @@ fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
     // timer lateness, seen together by the client
     assert!(m.arrival_overhead_ms < 3.0, "{t}");
     assert!(m.fits.prefill.r2 > 0.99 && m.fits.decode.r2 > 0.95, "{t}");
+    // recheck decodes as many tokens as this calibration's decode probe did (the default 32)
+    assert_eq!(m.decode_probe_tokens, Some(32), "{t}");
     // calibrate.meta.json: valid, typed, and of the same fit as the model file
     let cal = meta(&d, "calibrate");
     assert_eq!(cal["summary"]["max_seqs"], 4);
@@ -441,5 +444,33 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     near(r4.step.base_ms, split.step.base_ms, 0.15, "base_ms", &t4);
     near(r4.step.context_kt_ms, split.step.context_kt_ms, 0.1, "context_kt_ms", &t4);
     valid_server_model(&d.join("m4.json"));
+    // a model that says its calibration decoded 16 tokens a stream: rechecked without
+    // --decode-tokens, the requests decode 16 (a request's first gaps are its slowest, so
+    // another length biases the factor), and rechecked with 24, the recheck says so
+    let mut sixteen = ctxm;
+    sixteen.decode_probe_tokens = Some(16);
+    let m16 = d.join("sixteen.json");
+    std::fs::write(&m16, sixteen.to_json()).unwrap();
+    let o = probe(&[
+        "recheck",
+        "--base-url",
+        &sim.base_url(),
+        "--server-model",
+        m16.to_str().unwrap(),
+        "--prompt-words",
+        "128,1024",
+        "--output-dir",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = meta(&d, "recheck");
+    assert_eq!(m["parameters"]["decode_tokens"], 16, "{}", text(&o));
+    assert_eq!(m["summary"]["warnings"], serde_json::json!([]), "{}", text(&o));
+    let (_, t5, w5) = recheck(&sim.base_url(), &m16, "128,1024", &d.join("m5.json"));
+    let w5 = w5.as_array().expect("warnings: an array").clone();
+    assert_eq!(w5.len(), 1, "{w5:?}\n{t5}");
+    let w = w5[0].as_str().unwrap();
+    assert!(w.contains("decode 24 tokens, the calibration's decode probe 16"), "{w}");
+    assert!(w.contains("--decode-tokens 16"), "{w}");
     let _ = std::fs::remove_dir_all(&d);
 }

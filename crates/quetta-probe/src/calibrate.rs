@@ -806,6 +806,7 @@ pub async fn calibrate(
             max_seqs_observed: slots,
             max_seqs_probe: o.seqs_probe,
         },
+        decode_probe_tokens: Some(o.decode_tokens),
         rechecked: None,
     };
     model.check().map_err(|(f, m)| ProbeError::Invalid(format!("the fitted model's {f}: {m}")))?;

@@ -194,6 +194,7 @@ pub async fn recheck(
             model.model, model.server, ctx.model
         ));
     }
+    warnings.extend(length_warning(model.decode_probe_tokens, o.decode_tokens));
     warnings.extend(doubts(&points, prefill));
     let prefill_range = range(points.iter().map(|p| p.prefill_ratio));
     let decode_range = range(points.iter().map(|p| p.decode_ratio));
@@ -209,6 +210,19 @@ pub async fn recheck(
     };
     let output = output(&points, summary.clone(), o);
     Ok(Rechecked { points, summary, model: rescaled, output })
+}
+
+/// A warning when the recheck's requests decode another number of tokens than the
+/// calibration's decode probe did (`calibrated`, where the model file says): a request's
+/// first gaps after its prefill are slower than the rest, so the shorter decode reads as a
+/// slower server (llama.cpp on the 2-vCPU VM of docs/SIMULATOR.md, one model rechecked minutes
+/// apart: decode ×1.117 with 32 tokens, ×1.024 with 64).
+fn length_warning(calibrated: Option<u32>, asked: u32) -> Option<String> {
+    calibrated.filter(|&c| c != asked).map(|c| {
+        format!(
+            "these requests decode {asked} tokens, the calibration's decode probe {c}: a request's first gaps after its prefill are slower than the rest, so the decode factor is biased (recheck with --decode-tokens {c})"
+        )
+    })
 }
 
 /// The requests by prompt length, shortest first.
@@ -415,6 +429,14 @@ mod tests {
     /// The recheck of 2026-12-06 03:22 before Poisson 90 % (three of its first four requests
     /// in a slow spell): both lengths' requests scatter, and each is named (the twin it
     /// rescaled predicted that load's TTFT p50 +148 %).
+    #[test]
+    fn a_decode_of_another_length_than_the_calibration_is_named() {
+        assert_eq!(length_warning(None, 32), None);
+        assert_eq!(length_warning(Some(48), 48), None);
+        let w = length_warning(Some(48), 32).expect("32 against 48 tokens");
+        assert!(w.contains("decode 32 tokens") && w.contains("--decode-tokens 48"), "{w}");
+    }
+
     #[test]
     fn every_noisy_length_is_named() {
         let mk = |words: u32, tokens: u64, prefill: f64, gap: f64, rescaled: f64, ratio: f64| {

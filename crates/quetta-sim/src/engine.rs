@@ -307,6 +307,7 @@ pub(crate) mod tests {
                 max_seqs_observed: max_seqs,
                 max_seqs_probe: 0,
             },
+            decode_probe_tokens: None,
             rechecked: None,
         }
     }

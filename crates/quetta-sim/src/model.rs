@@ -170,6 +170,12 @@ pub struct ServerModel {
     /// prompts sent 20 ms apart into one step), ms.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub gather_ms: f64,
+    /// Tokens each stream of the calibration's decode probe generated. `quetta-probe
+    /// recheck` decodes as many unless told otherwise: a request's first gaps after its
+    /// prefill are slower than the rest, so its TPOT depends on its length (absent: a file
+    /// from before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_probe_tokens: Option<u32>,
     pub fits: Fits,
     /// The last `quetta-probe recheck` that rescaled the calibrated step times to the
     /// server's speed of that moment (absent: the calibration's own).

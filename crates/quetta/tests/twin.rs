@@ -37,6 +37,7 @@ fn model() -> ServerModel {
         emit_overhead_ms: 0.0,
         gather_ms: 2.0,
         fits: Fits { prefill: q.clone(), decode: q, max_seqs_observed: 4, max_seqs_probe: 0 },
+        decode_probe_tokens: None,
         rechecked: None,
     }
 }
