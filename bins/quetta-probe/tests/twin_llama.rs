@@ -78,14 +78,16 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
             format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         (o.status.success(), t)
     };
-    // A miss is measured once more, calibrated again and on fresh prompts, before it fails
-    // the test: [`compare`] takes out a server that runs uniformly slower or faster than
+    // A miss is measured again, calibrated again and on fresh prompts, three attempts in
+    // all, before it fails the test (16 attempts of 14 local runs on 2026-12-06: 3 missed,
+    // each on closed 4's TTFT, whose 24 requests fall into two modes by races of the
+    // server's; no run failed): [`compare`] takes out a server that runs uniformly slower or faster than
     // its calibration, but not a calibration whose few points caught the host mid-swing
     // (one decode point 26.2 ms between neighbours of 14.3 and 27.7 at twice the streams),
     // which is off in shape; calibrating again is what a user does then.
     let mut failures = Vec::new();
     let mut text = String::new();
-    for attempt in 0..2 {
+    for attempt in 0..3 {
         let (mut ok, mut t) = calibrate();
         for _ in 0..2 {
             if ok {
@@ -128,13 +130,13 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// Bounds against the server: TTFT p50, TPOT p50, E2E p50 and throughput within
+/// The bounds against the server: TTFT p50, TPOT p50, E2E p50 and throughput within
 /// [`SERVER_BOUND`], TTFT p90 within [`SERVER_P90_BOUND`], each widened by the server's own
-/// drift during the attempt; live against predicted within [`TWIN_BOUND`] (the TTFT p90 not
-/// asserted there).
-const SERVER_BOUND: f64 = 0.25;
-const SERVER_P90_BOUND: f64 = 0.40;
-const TWIN_BOUND: f64 = 0.2;
+/// drift during the attempt (see [`compare`]); live against predicted within [`TWIN_BOUND`],
+/// every figure. docs/SIMULATOR.md ("The CI test") gives the errors of local runs.
+const SERVER_BOUND: f64 = 0.10;
+const SERVER_P90_BOUND: f64 = 0.20;
+const TWIN_BOUND: f64 = 0.05;
 /// The server's prefill and decode speed at the rechecks against its calibration's: within
 /// 60 %. A calibration off in scale by more fails here (one off in shape fails the bounds
 /// against the server, which are judged at the rechecked speed). Not tighter: this 2-vCPU
@@ -145,13 +147,15 @@ const TWIN_BOUND: f64 = 0.2;
 const SPEED_BOUND: f64 = 0.6;
 
 /// `quetta-probe recheck` of the calibration now, as a user runs it before a what-if: six
-/// lone requests of 64 and 256 words (this workload's prompts are 72–120 tokens), the model
-/// rescaled to the server's present prefill and decode speed, written to `out`.
+/// lone requests of 64 and 256 words (this workload's prompts are 72–120 tokens), decoding
+/// as many tokens as the calibration's decode probe (48; with 32 the decode factor read 5–10 %
+/// slow and closed 1's TPOT came out +5 to +11 %), the model rescaled to the server's present
+/// prefill and decode speed, written to `out`.
 fn recheck(url: &str, model: &Path, out: &Path) -> quetta::sim::model::ServerModel {
     let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
         .args(["recheck", "--base-url", url, "--server-model"])
         .arg(model)
-        .args(["--prompt-words", "64,256", "--decode-tokens", "32", "--output-dir"])
+        .args(["--prompt-words", "64,256", "--output-dir"])
         .arg(out.with_extension("d"))
         .arg("-o")
         .arg(out)
@@ -162,6 +166,7 @@ fn recheck(url: &str, model: &Path, out: &Path) -> quetta::sim::model::ServerMod
     eprintln!("{t}");
     let m = Twin::load(out, WhatIf::default(), Some(&tokenizer())).unwrap().model;
     assert!(m.rechecked.is_some(), "a rechecked model says so\n{t}");
+    assert!(!t.contains("decode probe"), "the recheck decodes as the calibration did\n{t}");
     m
 }
 
@@ -183,8 +188,9 @@ fn factors(m: &quetta::sim::model::ServerModel) -> [f64; 3] {
 /// behaves under each load, not what the host's neighbours did (the decode context terms'
 /// factor likewise). The prefill and decode factors must stay
 /// within [`SPEED_BOUND`] of the calibration's (a calibration with its costs wrong fails
-/// there), and the bounds widen by the larger change of a factor between the two rechecks
-/// (a server that changed speed during the attempt cannot be matched closer than that).
+/// there), and each figure's bound widens by half the difference between that figure as
+/// predicted by the two rechecks' models (a server that changed speed during the attempt
+/// cannot be matched closer than that by a twin judged midway).
 fn compare(url: &str, model_path: &Path, d: &Path, salt: u64) -> Vec<String> {
     let closed1 = |seed| bench(Target::openai(url), Load::closed(1), 6, seed);
     let closed4 = |seed| bench(Target::openai(url), Load::closed(4), 24, seed);
@@ -203,11 +209,23 @@ fn compare(url: &str, model_path: &Path, d: &Path, salt: u64) -> Vec<String> {
     let after = recheck(url, model_path, &d.join(format!("recheck-{salt}-after.json")));
     let ([pb, db, cb], [pa, da, ca]) = (factors(&before), factors(&after));
     let (prefill, decode, context) = ((pb * pa).sqrt(), (db * da).sqrt(), (cb * ca).sqrt());
-    let drift = (pa / pb - 1.0).abs().max((da / db - 1.0).abs()).max((ca / cb - 1.0).abs());
     eprintln!(
-        "the server against its calibration: prefill ×{pb:.3}, decode ×{db:.3} (context ×{cb:.3}) before the loads, ×{pa:.3} and ×{da:.3} (×{ca:.3}) after; the twin judged at ×{prefill:.3}, ×{decode:.3} and ×{context:.3}, the bounds widened by {:.1} %",
-        drift * 100.0
+        "the server against its calibration: prefill ×{pb:.3}, decode ×{db:.3} (context ×{cb:.3}) before the loads, ×{pa:.3} and ×{da:.3} (×{ca:.3}) after; the twin judged at ×{prefill:.3}, ×{decode:.3} and ×{context:.3}"
     );
+    let calibrated = Twin::load(model_path, WhatIf::default(), Some(&tokenizer())).unwrap().model;
+    let at_speed = calibrated.rescaled(prefill, decode, context, 12, 0).expect("positive factors");
+    let loads = [
+        ("closed 1", figures(&real1), figures(&predict(closed1(salt), &at_speed))),
+        ("closed 4", figures(&real4), figures(&predict(closed4(salt + 1), &at_speed))),
+    ];
+    // How far the server's speed moved during the attempt, in each figure of each load: half
+    // the difference between the predictions of the two rechecks' models (the twin is judged
+    // midway between them).
+    let drift = |b: Benchmark| {
+        let (x, y) = (figures(&predict(b.clone(), &before)), figures(&predict(b, &after)));
+        std::array::from_fn::<f64, 5, _>(|k| (y.0[k] / x.0[k] - 1.0).abs() / 2.0)
+    };
+    let drifts = [drift(closed1(salt)), drift(closed4(salt + 1))];
     let mut failures = Vec::new();
     for (what, x) in [("prefill", prefill), ("decode", decode)] {
         if !((1.0 - SPEED_BOUND)..=(1.0 + SPEED_BOUND)).contains(&x) {
@@ -216,25 +234,17 @@ fn compare(url: &str, model_path: &Path, d: &Path, salt: u64) -> Vec<String> {
             ));
         }
     }
-    let calibrated = Twin::load(model_path, WhatIf::default(), Some(&tokenizer())).unwrap().model;
-    let at_speed = calibrated.rescaled(prefill, decode, context, 12, 0).expect("positive factors");
-    let loads = [
-        ("closed 1", figures(&real1), predict(closed1(salt), &at_speed)),
-        ("closed 4", figures(&real4), predict(closed4(salt + 1), &at_speed)),
-    ];
-    for (name, real, pred) in loads {
-        let pred = figures(&pred);
+    for ((name, real, pred), drift) in loads.into_iter().zip(drifts) {
         for (k, what) in NAMES.iter().enumerate() {
-            // Against the server, looser than the 10 % / 20 %, which the full table
-            // in docs/SIMULATOR.md is measured against: a twin is calibrated from a few
-            // dozen requests of a server whose single steps scatter by a fifth.
-            let bound = if k == 1 { SERVER_P90_BOUND } else { SERVER_BOUND } + drift;
+            // The 10 % / 20 %, as the full table in docs/SIMULATOR.md.
+            let bound = if k == 1 { SERVER_P90_BOUND } else { SERVER_BOUND } + drift[k];
             let err = pred.0[k] / real.0[k] - 1.0;
             eprintln!(
-                "{name}: {what}: server {:.1}, predicted twin {:.1} ({:+.1} %)",
+                "{name}: {what}: server {:.1}, predicted twin {:.1} ({:+.1} %, bound {:.1} %)",
                 real.0[k],
                 pred.0[k],
-                err * 100.0
+                err * 100.0,
+                bound * 100.0
             );
             if err.is_nan() || err.abs() > bound {
                 failures.push(format!(
@@ -254,7 +264,7 @@ fn compare(url: &str, model_path: &Path, d: &Path, salt: u64) -> Vec<String> {
     for (k, what) in NAMES.iter().enumerate() {
         let err = pred.0[k] / live.0[k] - 1.0;
         eprintln!("closed 1: {what}: live twin {:.1}, predicted {:.1}", live.0[k], pred.0[k]);
-        if k != 1 && (err.is_nan() || err.abs() > TWIN_BOUND) {
+        if err.is_nan() || err.abs() > TWIN_BOUND {
             failures.push(format!(
                 "closed 1 {what}: live twin {:.1}, predicted {:.1} ({:+.1} %, bound {:.0} %)",
                 live.0[k],
