@@ -426,9 +426,6 @@ mod tests {
         );
     }
 
-    /// The recheck of 2026-12-06 03:22 before Poisson 90 % (three of its first four requests
-    /// in a slow spell): both lengths' requests scatter, and each is named (the twin it
-    /// rescaled predicted that load's TTFT p50 +148 %).
     #[test]
     fn a_decode_of_another_length_than_the_calibration_is_named() {
         assert_eq!(length_warning(None, 32), None);
@@ -437,6 +434,9 @@ mod tests {
         assert!(w.contains("decode 32 tokens") && w.contains("--decode-tokens 48"), "{w}");
     }
 
+    /// The recheck of 2026-12-06 03:22 before Poisson 90 % (three of its first four requests
+    /// in a slow spell): both lengths' requests scatter, and each is named (the twin it
+    /// rescaled predicted that load's TTFT p50 +148 %).
     #[test]
     fn every_noisy_length_is_named() {
         let mk = |words: u32, tokens: u64, prefill: f64, gap: f64, rescaled: f64, ratio: f64| {
