@@ -288,12 +288,11 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Recheck { c, server_model, requests, prompt_words, decode_tokens, output } => {
             let model = quetta::sim::model::ServerModel::load(server_model)?;
             let ctx = context(c).await?;
+            let base = quetta_probe::recheck::RecheckOptions::for_model(&model);
             let o = quetta_probe::recheck::RecheckOptions {
                 requests: *requests,
                 prompt_words: prompt_words.clone(),
-                decode_tokens: decode_tokens
-                    .or(model.decode_probe_tokens)
-                    .unwrap_or(quetta_probe::recheck::RecheckOptions::default().decode_tokens),
+                decode_tokens: decode_tokens.unwrap_or(base.decode_tokens),
             };
             return rechecked(&ctx, c, &model, &o, output.as_deref()).await;
         }

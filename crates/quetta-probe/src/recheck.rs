@@ -55,6 +55,16 @@ impl Default for RecheckOptions {
     }
 }
 
+impl RecheckOptions {
+    /// The defaults for rechecking `model`: its requests decode as many tokens as the
+    /// calibration's decode probe did (`decode_probe_tokens`, where the file says), since a
+    /// request's first gaps are its slowest and another length biases the decode factor.
+    pub fn for_model(model: &ServerModel) -> Self {
+        let d = Self::default();
+        Self { decode_tokens: model.decode_probe_tokens.unwrap_or(d.decode_tokens), ..d }
+    }
+}
+
 /// Ratios of the model's error at two prompt lengths further apart than this (the higher
 /// over the lower median, less one) make a shape warning.
 pub const SHAPE_SPREAD: f64 = 0.15;
@@ -432,6 +442,14 @@ mod tests {
         assert_eq!(length_warning(Some(48), 48), None);
         let w = length_warning(Some(48), 32).expect("32 against 48 tokens");
         assert!(w.contains("decode 32 tokens") && w.contains("--decode-tokens 48"), "{w}");
+        // an embedder's defaults for a model decode as its calibration did, else 32
+        let mut m: ServerModel =
+            serde_json::from_str(include_str!("../../../fixtures/twin/llama-smollm2-4slots.json"))
+                .unwrap();
+        m.decode_probe_tokens = None;
+        assert_eq!(RecheckOptions::for_model(&m).decode_tokens, 32);
+        m.decode_probe_tokens = Some(48);
+        assert_eq!(RecheckOptions::for_model(&m).decode_tokens, 48);
     }
 
     /// The recheck of 2026-12-06 03:22 before Poisson 90 % (three of its first four requests
