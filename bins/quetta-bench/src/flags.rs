@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use quetta::workload::dataset::Filters;
 use quetta::workload::spec::{DatasetFormat, SessionFormat, Source, TraceFormat, Vision};
-use quetta::{Arrival, Benchmark, History, Load, SimConfig, Target, WorkloadSpec};
+use quetta::{Arrival, Benchmark, History, Load, Protocol, SimConfig, Target, WorkloadSpec};
 
 /// A duration flag: `500ms`, `30s`, `2m`; a bare number is seconds (as in vLLM and GuideLLM).
 pub fn duration_arg(s: &str) -> Result<Duration, String> {
@@ -59,17 +59,60 @@ macro_rules! choice {
     };
 }
 
-choice!(Endpoint { Chat, Completions });
+/// `--endpoint`: OpenAI's chat or completions API, or a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Chat,
+    Completions,
+    /// The path requests go to (the protocol's own path unless given).
+    Path(String),
+}
 
-/// `--endpoint`: `chat`, `completions`, or vLLM's paths `/v1/chat/completions`, `/v1/completions`.
+/// `--endpoint`: `chat`, `completions`, vLLM's paths `/v1/chat/completions`,
+/// `/v1/completions`, or any path (`/v1/responses`, `/v1/messages`, a proxy's own).
 fn endpoint_arg(s: &str) -> Result<Endpoint, String> {
     match s.trim().trim_end_matches('/') {
         "chat" | "/v1/chat/completions" | "/chat/completions" => Ok(Endpoint::Chat),
         "completions" | "/v1/completions" | "/completions" => Ok(Endpoint::Completions),
-        _ => Err(format!(
-            "{s:?}: expected chat, completions, /v1/chat/completions or /v1/completions"
-        )),
+        p if p.starts_with('/') => Ok(Endpoint::Path(p.to_owned())),
+        _ => Err(format!("{s:?}: expected chat, completions, or a path such as /v1/responses")),
     }
+}
+
+/// `--backend`: a kind of target, or any protocol by its name (vLLM's backend names and
+/// AIPerf's endpoint types among them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Kind(BackendArg),
+    Protocol(Protocol),
+}
+
+fn backend_parser() -> impl clap::builder::TypedValueParser<Value = Backend> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let kinds = BackendArg::value_variants().iter().filter_map(ValueEnum::to_possible_value);
+    let protocols = Protocol::all().flat_map(|p| {
+        let i = p.info();
+        std::iter::once(PossibleValue::new(i.name).help(i.about)).chain(
+            std::iter::once(i.endpoint)
+                .chain(i.aliases.iter().copied())
+                .map(|a| PossibleValue::new(a).hide(true)),
+        )
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    let values: Vec<PossibleValue> =
+        kinds.chain(protocols).filter(|v| seen.insert(v.get_name().to_owned())).collect();
+    PossibleValuesParser::new(values).map(|s| match BackendArg::from_str(&s, true) {
+        Ok(k) => Backend::Kind(k),
+        Err(_) => Backend::Protocol(Protocol::from_name(&s).expect("a listed protocol name")),
+    })
+}
+
+/// `--endpoint-type`: AIPerf's names (`chat`, `completions`, `responses`, `messages`, ...).
+fn endpoint_type_arg(s: &str) -> Result<Protocol, String> {
+    Protocol::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Protocol::all().map(Protocol::endpoint).collect();
+        format!("{s:?} is not an endpoint type: {}", names.join(", "))
+    })
 }
 
 /// `--request-rate`: requests per second, or `inf` (vLLM's: no schedule, every request at
@@ -253,19 +296,30 @@ pub struct RunArgs {
     /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
     #[arg(help_heading = "Target", long)]
     pub base_url: Option<String>,
-    /// Which kind of endpoint the server is [default: openai].
-    #[arg(help_heading = "Target", long, value_enum)]
-    pub backend: Option<BackendArg>,
-    /// OpenAI API to call: chat or completions (or /v1/chat/completions, /v1/completions)
-    /// [default: chat; completions for --backend vllm, sglang and tgi].
+    /// Which kind of endpoint the server is, or the protocol it speaks (vLLM's backend names,
+    /// e.g. openai-responses; `quetta-bench protocols` lists them) [default: openai].
+    #[arg(help_heading = "Target", long, value_parser = backend_parser())]
+    pub backend: Option<Backend>,
+    /// OpenAI API to call: chat or completions (or /v1/chat/completions, /v1/completions),
+    /// or the path a protocol's requests go to [default: chat; completions for --backend
+    /// vllm, sglang and tgi; a protocol's own path].
     #[arg(help_heading = "Target", long, value_parser = endpoint_arg)]
     pub endpoint: Option<Endpoint>,
+    /// The protocol by AIPerf's endpoint type (chat, completions, responses, messages, ...);
+    /// wins over --backend's protocol.
+    #[arg(help_heading = "Target", long, value_parser = endpoint_type_arg)]
+    pub endpoint_type: Option<Protocol>,
+    /// OpenAI Responses: chain a session's turns with previous_response_id instead of
+    /// sending the whole history (the server stores each response).
+    #[arg(help_heading = "Target", long)]
+    pub chain_responses: bool,
     /// Model name (default: the first model listed by /v1/models).
     #[arg(help_heading = "Target", long)]
     pub model: Option<String>,
-    /// API key, sent as `Authorization: Bearer` (never written anywhere); with --backend
-    /// litellm, LITELLM_API_KEY is read when OPENAI_API_KEY is not set.
-    #[arg(help_heading = "Target", long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    /// API key, sent only to the target, as its protocol carries it (`Authorization:
+    /// Bearer`; Anthropic's `x-api-key`), never written anywhere. Without it: OPENAI_API_KEY
+    /// (LITELLM_API_KEY too with --backend litellm; ANTHROPIC_API_KEY alone with anthropic).
+    #[arg(help_heading = "Target", long)]
     pub api_key: Option<String>,
     /// Skip the pre-flight check (GET /v1/models and one one-token request before the run).
     #[arg(help_heading = "Target", long)]
@@ -659,24 +713,49 @@ impl RunArgs {
             && !matches!(self.backend(), BackendArg::Sagemaker | BackendArg::Vertex)
     }
 
+    /// The kind of target (`openai` for any protocol named by --backend).
     pub fn backend(&self) -> BackendArg {
-        self.backend.unwrap_or(BackendArg::Openai)
+        match self.backend {
+            Some(Backend::Kind(k)) => k,
+            _ => BackendArg::Openai,
+        }
     }
 
-    /// The API of the flags: --endpoint, else the backend's default (vLLM's backends call
-    /// the completions API, as `vllm bench serve` does).
-    pub fn endpoint(&self) -> Endpoint {
-        self.endpoint.unwrap_or(match (self.backend(), self.dataset_name) {
-            (_, Some(DatasetName::RandomIds)) => Endpoint::Completions,
-            (BackendArg::Vllm | BackendArg::Sglang | BackendArg::Tgi, _) => Endpoint::Completions,
-            _ => Endpoint::Chat,
-        })
+    /// The protocol of the flags: --endpoint-type, else --backend's protocol, else the
+    /// OpenAI API of --endpoint (vLLM's backends call the completions API, as `vllm bench
+    /// serve` does), or the protocol whose path --endpoint names.
+    pub fn protocol(&self) -> Protocol {
+        if let Some(p) = self.endpoint_type {
+            return p;
+        }
+        if let Some(Backend::Protocol(p)) = self.backend {
+            return p;
+        }
+        let completions = matches!(self.dataset_name, Some(DatasetName::RandomIds))
+            || matches!(self.backend(), BackendArg::Vllm | BackendArg::Sglang | BackendArg::Tgi);
+        match &self.endpoint {
+            Some(Endpoint::Chat) => Protocol::Chat,
+            Some(Endpoint::Completions) => Protocol::Completions,
+            Some(Endpoint::Path(p)) => Protocol::from_path(p).unwrap_or(Protocol::Chat),
+            None if completions => Protocol::Completions,
+            None => Protocol::Chat,
+        }
+    }
+
+    /// The path --endpoint gives, where it is not the protocol's own.
+    fn path(&self) -> Option<String> {
+        match &self.endpoint {
+            Some(Endpoint::Path(p)) if Protocol::from_path(p) != Some(self.protocol()) => {
+                Some(p.clone())
+            }
+            _ => None,
+        }
     }
 
     /// Warnings about flags whose meaning differs from the same words in vLLM.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
-        if self.backend == Some(BackendArg::Openai) && self.endpoint.is_none() {
+        if self.backend == Some(Backend::Kind(BackendArg::Openai)) && self.endpoint.is_none() {
             w.push("--backend openai calls the chat API here; vLLM's --backend openai calls /v1/completions (give --endpoint /v1/completions for that)".into());
         }
         if self.dataset_name == Some(DatasetName::Sonnet) {
@@ -688,12 +767,18 @@ impl RunArgs {
         w
     }
 
-    /// The API key: --api-key (or OPENAI_API_KEY), and for LiteLLM also LITELLM_API_KEY.
+    /// The API key: --api-key, else the environment of the target's kind (a key goes
+    /// only to the service it is for: ANTHROPIC_API_KEY alone to Anthropic's protocol).
     fn api_key(&self) -> Option<String> {
-        let env = || std::env::var("LITELLM_API_KEY").ok();
-        let key = match self.backend() {
-            BackendArg::Litellm => self.api_key.clone().or_else(env),
-            _ => self.api_key.clone(),
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let key = match (self.backend(), self.protocol()) {
+            (BackendArg::Litellm, _) => self
+                .api_key
+                .clone()
+                .or_else(|| env("OPENAI_API_KEY"))
+                .or_else(|| env("LITELLM_API_KEY")),
+            (_, Protocol::Messages) => self.api_key.clone().or_else(|| env("ANTHROPIC_API_KEY")),
+            _ => self.api_key.clone().or_else(|| env("OPENAI_API_KEY")),
         };
         key.filter(|k| !k.is_empty())
     }
@@ -760,9 +845,9 @@ impl RunArgs {
                 })
             }
         };
-        if self.endpoint() == Endpoint::Completions {
-            t = t.completions();
-        }
+        t.protocol = self.protocol();
+        t.protocol_options.chain_responses = self.chain_responses;
+        t.path = self.path();
         t.model.clone_from(&self.model);
         t.api_key = self.api_key();
         t.preflight = !self.no_preflight;
@@ -822,7 +907,7 @@ impl RunArgs {
             input_range_ratio: self.input_range_ratio,
             output_range_ratio: self.output_range_ratio,
             prefix_len: self.random_prefix_len,
-            chat: self.endpoint() == Endpoint::Chat,
+            chat: self.protocol().takes_messages(),
             tokenizer: self.tokenizer.clone(),
             token_ids: self.token_ids || self.dataset_name == Some(DatasetName::RandomIds),
             stress: self.mode == ModeArg::Stress,

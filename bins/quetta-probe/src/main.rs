@@ -192,7 +192,7 @@ async fn context(c: &Common) -> Result<ProbeContext> {
     let conn = t.connect().await?;
     Ok(ProbeContext {
         engine: conn.engine.clone(),
-        chat: conn.api == quetta::Api::Chat,
+        chat: conn.protocol.takes_messages(),
         base_url: c.base_url.clone(),
         model: conn.model.clone(),
         metrics_url: Some(

@@ -87,6 +87,10 @@ struct Args {
     /// LiteLLM proxy).
     #[arg(long = "response-header", value_parser = header_arg)]
     response_headers: Vec<(String, String)>,
+    /// Refuse generation requests without this key, where each protocol carries it
+    /// (Authorization: Bearer; Anthropic's x-api-key).
+    #[arg(long, env = "QUETTA_SIM_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
     #[command(flatten)]
     twin: TwinArgs,
     /// The twin counts prompt tokens with this tokenizer (a tokenizer.json or a cached
@@ -236,6 +240,7 @@ fn main() -> Result<std::process::ExitCode> {
         response_headers: a.response_headers,
         server_model: twin.as_ref().map(|t| t.model.clone()),
         token_counter: twin.and_then(|t| t.token_counter),
+        api_key: a.api_key,
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
     match &sim.config().server_model {

@@ -118,6 +118,41 @@ impl Message {
     }
 }
 
+/// What a request asks of the server, which decides what it measures (docs/METRICS.md):
+/// generation has a first token and tokens after it; an embedding, a ranking or a
+/// transcription is one answer to a batch of inputs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// Text generation (chat, completions, Responses, Messages, the engines' generate APIs).
+    #[default]
+    Generate,
+    /// Embeddings or pooled outputs of inputs.
+    Embed,
+    /// Scores of documents against a query (rerank, score).
+    Rank,
+    /// Text from audio.
+    Transcribe,
+}
+
+impl RequestKind {
+    /// The kind's name in results (`generate`, `embed`, `rank`, `transcribe`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Generate => "generate",
+            Self::Embed => "embed",
+            Self::Rank => "rank",
+            Self::Transcribe => "transcribe",
+        }
+    }
+
+    /// Whether requests of this kind generate tokens (TTFT, TPOT and ITL apply).
+    pub fn generates(self) -> bool {
+        matches!(self, Self::Generate | Self::Transcribe)
+    }
+}
+
 /// What the model is asked to continue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -261,6 +261,11 @@ pub trait EventDecoder: Send {
     /// The end marker was seen.
     fn is_done(&self) -> bool;
     fn finish_reason(&self) -> Option<String>;
+    /// Whether a body that ends cleanly completes the answer without an end marker (a
+    /// protocol that has none, such as Triton's `generate_stream`: its stream just ends).
+    fn complete_at_body_end(&self) -> bool {
+        false
+    }
 }
 
 /// An SSE body: the incremental parser feeding an [`EventDecoder`]; events after the end
@@ -324,6 +329,10 @@ impl<D: EventDecoder> BodyDecoder for SseBody<D> {
 
     fn finish_reason(&self) -> Option<String> {
         self.decoder.finish_reason()
+    }
+
+    fn is_complete(&self) -> bool {
+        self.is_done() || self.finish_reason().is_some() || self.decoder.complete_at_body_end()
     }
 }
 

@@ -40,16 +40,30 @@ struct Chunk<'a> {
     timings: Option<TimingsJson>,
 }
 
-#[derive(Deserialize)]
-struct TimingsJson {
+/// llama.cpp's `timings` object (in the last chunk of its OpenAI-compatible answers, and
+/// in the answers of its native `/completion`, Responses and Messages endpoints).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct TimingsJson {
     #[serde(default)]
-    prompt_n: Option<u64>,
+    pub prompt_n: Option<u64>,
     #[serde(default)]
-    prompt_ms: Option<f64>,
+    pub prompt_ms: Option<f64>,
     #[serde(default)]
-    predicted_n: Option<u64>,
+    pub predicted_n: Option<u64>,
     #[serde(default)]
-    predicted_per_token_ms: Option<f64>,
+    pub predicted_per_token_ms: Option<f64>,
+    /// Prompt tokens the server took from its cache.
+    #[serde(default)]
+    pub cache_n: Option<u64>,
+}
+
+impl TimingsJson {
+    /// The server's timing event (times that are not finite and non-negative are left out).
+    pub fn to_server_timing(self) -> ServerTiming {
+        let finite = |v: Option<f64>| v.filter(|x| x.is_finite() && *x >= 0.0);
+        ServerTiming::new(finite(self.prompt_ms), finite(self.predicted_per_token_ms))
+            .with_counts(self.prompt_n, self.predicted_n)
+    }
 }
 
 #[derive(Deserialize)]
@@ -205,11 +219,7 @@ impl ChunkDecoder {
             out(EventKind::Usage(u.into()));
         }
         if let Some(t) = chunk.timings {
-            let finite = |v: Option<f64>| v.filter(|x| x.is_finite() && *x >= 0.0);
-            out(EventKind::ServerTiming(
-                ServerTiming::new(finite(t.prompt_ms), finite(t.predicted_per_token_ms))
-                    .with_counts(t.prompt_n, t.predicted_n),
-            ));
+            out(EventKind::ServerTiming(t.to_server_timing()));
         }
         Ok(())
     }

@@ -24,6 +24,7 @@
 //! scheduler with the client under test: [`Simulator::start`].
 
 pub mod cache;
+mod dialect;
 pub mod engine;
 pub mod faults;
 mod metrics;
@@ -120,6 +121,9 @@ pub struct SimConfig {
     pub server_model: Option<model::ServerModel>,
     /// How prompt text is counted in tokens (default: whitespace-separated words).
     pub token_counter: Option<TokenCounter>,
+    /// The API key every generation request must carry, where its protocol carries it
+    /// (`Authorization: Bearer`; Anthropic's `x-api-key`); `None` takes any request.
+    pub api_key: Option<String>,
 }
 
 /// A prompt-text token counter (a real tokenizer, given by the embedder).
@@ -157,6 +161,7 @@ impl Default for SimConfig {
             response_headers: Vec::new(),
             server_model: None,
             token_counter: None,
+            api_key: None,
         }
     }
 }
@@ -255,6 +260,9 @@ pub(crate) struct Shared {
     pub(crate) slots: Option<Arc<tokio::sync::Semaphore>>,
     /// The live twin's engine, when serving a server model.
     pub(crate) twin: Option<tokio::sync::mpsc::UnboundedSender<twin::Submit>>,
+    /// Stored Responses (`store: true`): each one's conversation with its reply, for
+    /// `previous_response_id`.
+    pub(crate) responses: Mutex<std::collections::HashMap<String, Vec<serde_json::Value>>>,
 }
 
 impl Shared {
@@ -362,6 +370,7 @@ impl Simulator {
         }
         let shared = Arc::new(Shared {
             twin: twin_tx,
+            responses: Mutex::default(),
             epoch: Instant::now(),
             epoch_unix_ns: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
             seq: std::sync::atomic::AtomicU64::new(0),

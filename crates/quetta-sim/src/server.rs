@@ -18,6 +18,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use quetta_net::{StampedTcp, Stamps};
 use serde_json::{json, Value};
 
+use crate::dialect::{self, Dialect, Refusal, Route};
 use crate::faults::Fault;
 use crate::{OutputLen, Rng, Shared, SimRecord, WORDS};
 
@@ -113,8 +114,11 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
             sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
             Ok(full(StatusCode::OK, "text/plain", "ok"))
         }
-        (Method::POST, "/v1/chat/completions") => generate(req, sh, arrival, true).await,
-        (Method::POST, "/v1/completions") => generate(req, sh, arrival, false).await,
+        (Method::POST, p) => match dialect::route(p, &sh.cfg.model) {
+            Some(Ok(route)) => generate(req, sh, arrival, route).await,
+            Some(Err(r)) => Ok(full(r.status, "application/json", Dialect::Triton.error_body(&r))),
+            None => Ok(json_error(StatusCode::NOT_FOUND, &format!("no route for {path}"))),
+        },
         _ => Ok(json_error(StatusCode::NOT_FOUND, &format!("no route for {path}"))),
     }
 }
@@ -217,17 +221,18 @@ fn header_str(req: &Request<Incoming>, name: &str) -> Option<String> {
     req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
-/// A request the simulator cannot take: recorded with `why`, answered 400 with `message`.
-fn refuse(sh: &Shared, mut rec: SimRecord, why: String, message: &str) -> Response<Body> {
-    rec.status = 400;
-    rec.error = Some(why);
+/// A request the simulator cannot take: recorded with its reason, answered in the
+/// protocol's own error shape.
+fn refuse(sh: &Shared, mut rec: SimRecord, d: Dialect, r: &Refusal) -> Response<Body> {
+    rec.status = r.status.as_u16();
+    rec.error = Some(r.message.clone());
     rec.end = Instant::now();
     sh.finish(rec);
-    json_error(StatusCode::BAD_REQUEST, message)
+    full(r.status, "application/json", d.error_body(r))
 }
 
 /// A non-streamed answer: every token generated "inside" the server, then the whole body.
-async fn whole(mut st: SimStream, v: &Value, chat: bool) -> Response<Body> {
+async fn whole(mut st: SimStream, v: &Value) -> Response<Body> {
     let sh = st.sh.clone();
     // Generate every token "inside" the server, then answer at once.
     let mut last = st.next_at;
@@ -256,13 +261,18 @@ async fn whole(mut st: SimStream, v: &Value, chat: bool) -> Response<Body> {
     let finish = if st.n_tokens >= 1 { "length" } else { "stop" };
     let usage: Value = serde_json::from_str(&st.usage_json()).unwrap_or(Value::Null);
     st.cache_reply(&text);
-    let body = if chat {
-        json!({"id": st.id, "object": "chat.completion", "created": st.created, "model": v.get("model"),
+    st.store_response(&text);
+    let body = match st.dialect {
+        Dialect::Chat => {
+            json!({"id": st.id, "object": "chat.completion", "created": st.created, "model": v.get("model"),
                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
                "usage": usage})
-    } else {
-        json!({"id": st.id, "object": "text_completion", "created": st.created, "model": v.get("model"),
+        }
+        Dialect::Completions => {
+            json!({"id": st.id, "object": "text_completion", "created": st.created, "model": v.get("model"),
                "choices": [{"index": 0, "text": text, "finish_reason": finish}], "usage": usage})
+        }
+        d => d.whole(&st.sim_frame(st.n_tokens, ""), &text),
     };
     let mut rec = st.rec.take().expect("record present");
     let now = Instant::now();
@@ -276,14 +286,69 @@ async fn whole(mut st: SimStream, v: &Value, chat: bool) -> Response<Body> {
     r
 }
 
+/// A generation request read and checked: its body in the internal shape and its dialect,
+/// or the answer refusing it (already recorded).
+async fn read_request(
+    req: Request<Incoming>,
+    sh: &Shared,
+    route: Route,
+    rec: &mut SimRecord,
+    handled: Instant,
+) -> Result<(Value, Dialect), Response<Body>> {
+    let stamps = req.extensions().get::<ConnStamps>().cloned();
+    let version = req.version();
+    let header_check = route.dialect.check_headers(req.headers(), sh.cfg.api_key.as_deref());
+    let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let r = dialect::bad_request(format!("cannot read request body: {e}"));
+            return Err(refuse(sh, rec.clone(), route.dialect, &r));
+        }
+    };
+    // The request is complete: it arrived with its last byte, which may be well before this
+    // runtime got to it. TTFT counts from there, as the model would start then.
+    let arrival = request_arrival(version, stamps.as_ref(), handled);
+    rec.arrival = arrival;
+    rec.headers_sent = arrival;
+    rec.end = arrival;
+    if let Err(r) = header_check {
+        return Err(refuse(sh, rec.clone(), route.dialect, &r));
+    }
+    let parsed: Option<Value> = serde_json::from_slice(&body).ok().filter(Value::is_object);
+    let Some(v) = parsed else {
+        let r = dialect::bad_request("request body must be a JSON object".into());
+        return Err(refuse(sh, rec.clone(), route.dialect, &r));
+    };
+    let d = route.dialect.settle(&v);
+    let mut v = match d.normalize(v, route.stream) {
+        Ok(v) => v,
+        Err(r) => return Err(refuse(sh, rec.clone(), d, &r)),
+    };
+    if let Some(prev) = v.get("previous_response_id").and_then(Value::as_str) {
+        let stored = sh
+            .responses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(prev)
+            .cloned();
+        let Some(mut history) = stored else {
+            let r = dialect::bad_request(format!("Previous response with id '{prev}' not found."));
+            return Err(refuse(sh, rec.clone(), d, &r));
+        };
+        if let Some(Value::Array(new)) = v.get("messages") {
+            history.extend(new.iter().cloned());
+        }
+        v["messages"] = Value::Array(history);
+    }
+    Ok((v, d))
+}
+
 async fn generate(
     req: Request<Incoming>,
     sh: Arc<Shared>,
     handled: Instant,
-    chat: bool,
+    route: Route,
 ) -> Result<Response<Body>, std::io::Error> {
-    let stamps = req.extensions().get::<ConnStamps>().cloned();
-    let version = req.version();
     let seq = sh.seq.fetch_add(1, Ordering::Relaxed);
     sh.metrics.on_start();
     let request_id = header_str(&req, "x-quetta-request-id").and_then(|s| s.parse().ok());
@@ -292,7 +357,7 @@ async fn generate(
     let mut rec = SimRecord {
         seq,
         request_id,
-        session_id: None,
+        session_id: session_id.clone(),
         endpoint,
         stream: false,
         status: 200,
@@ -307,37 +372,18 @@ async fn generate(
         text: String::new(),
         error: None,
     };
-    let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            rec.session_id = session_id;
-            return Ok(refuse(
-                &sh,
-                rec,
-                format!("cannot read body: {e}"),
-                "cannot read request body",
-            ));
-        }
+    let (v, d) = match read_request(req, &sh, route, &mut rec, handled).await {
+        Ok(x) => x,
+        Err(answer) => return Ok(answer),
     };
-    // The request is complete: it arrived with its last byte, which may be well before this
-    // runtime got to it. TTFT counts from there, as the model would start then.
-    let arrival = request_arrival(version, stamps.as_ref(), handled);
-    rec.arrival = arrival;
-    rec.headers_sent = arrival;
-    rec.end = arrival;
-    let parsed: Option<Value> = serde_json::from_slice(&body).ok().filter(Value::is_object);
-    let Some(v) = parsed else {
-        rec.session_id = session_id;
-        let why = "body is not a JSON object".into();
-        return Ok(refuse(&sh, rec, why, "request body must be a JSON object"));
-    };
+    let arrival = rec.arrival;
     if session_id.is_none() {
         session_id = v.get("user").and_then(Value::as_str).map(str::to_owned);
     }
     rec.session_id = session_id;
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let include_usage =
-        v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = !d.usage_on_request()
+        || v.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
     rec.stream = stream;
     rec.prompt_tokens =
         count_prompt(&v, u64::from(sh.cfg.image_tokens), sh.cfg.token_counter.as_ref());
@@ -348,16 +394,14 @@ async fn generate(
     let fault = crate::faults::pick(&sh.cfg.faults, sh.cfg.seed, seq);
     match fault {
         Some(Fault::Status(code)) => {
-            rec.status = code;
-            rec.error = Some(format!("fault: HTTP {code}"));
-            rec.end = Instant::now();
-            sh.finish(rec);
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut r = json_error(status, &format!("simulated HTTP {code}"));
+            let kind = if code == 429 { "rate_limit_error" } else { "server_error" };
+            let r = Refusal { status, kind, message: format!("simulated HTTP {code}") };
+            let mut resp = refuse(&sh, rec, d, &r);
             if code == 429 {
-                r.headers_mut().insert(http::header::RETRY_AFTER, "1".parse().expect("static"));
+                resp.headers_mut().insert(http::header::RETRY_AFTER, "1".parse().expect("static"));
             }
-            return Ok(r);
+            return Ok(resp);
         }
         Some(Fault::ResetBeforeHeaders) => {
             rec.error = Some("fault: reset before headers".into());
@@ -383,9 +427,15 @@ async fn generate(
             .unwrap_or_else(|_| "\"quetta-sim\"".into());
     let mut st = SimStream {
         sh: sh.clone(),
-        chat,
+        dialect: d,
         include_usage,
-        id: if chat { format!("chatcmpl-sim-{seq}") } else { format!("cmpl-sim-{seq}") },
+        id: match d {
+            Dialect::Chat => format!("chatcmpl-sim-{seq}"),
+            Dialect::Completions => format!("cmpl-sim-{seq}"),
+            Dialect::Responses => format!("resp_sim{seq}"),
+            Dialect::Messages => format!("msg_sim{seq}"),
+            _ => format!("sim-{seq}"),
+        },
         model_json,
         created: now_unix(),
         n_tokens: plan.n_tokens,
@@ -394,6 +444,8 @@ async fn generate(
         word_rng: Rng::new(sh.cfg.seed ^ seq.rotate_left(17)),
         rng: plan.rng,
         sleep: crate::precise::Deadline::new(),
+        opened: false,
+        prompt_ms: plan.first_at.saturating_duration_since(started).as_secs_f64() * 1e3,
         last_flushed: false,
         twin: twin_rx,
         twin_due: None,
@@ -408,21 +460,27 @@ async fn generate(
         drip_at: arrival,
         cache_tokens,
         cache_on,
+        history: v
+            .get("store")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            .then(|| v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default()),
         _slot: slot,
     };
-    st.prefix = if chat {
-        format!(
+    st.prefix = match d {
+        Dialect::Chat => format!(
             "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"",
             st.id, st.created, st.model_json
-        )
-    } else {
-        format!(
+        ),
+        Dialect::Completions => format!(
             "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"text\":\"",
             st.id, st.created, st.model_json
-        )
+        ),
+        // the start of a generic event (the faults that break one in the middle)
+        _ => "data: {\"text\":\"".into(),
     };
     if !stream {
-        return Ok(whole(st, &v, chat).await);
+        return Ok(whole(st, &v).await);
     }
     let mut r = Response::new(Either::Right(st));
     r.headers_mut()
@@ -476,7 +534,7 @@ fn submit_to_twin(
 /// The streamed body of one response.
 pub(crate) struct SimStream {
     sh: Arc<Shared>,
-    chat: bool,
+    dialect: Dialect,
     include_usage: bool,
     id: String,
     model_json: String,
@@ -487,6 +545,11 @@ pub(crate) struct SimStream {
     rng: Rng,
     word_rng: Rng,
     sleep: crate::precise::Deadline,
+    /// The protocol's opening events (sent with the headers) have gone out.
+    opened: bool,
+    /// From the start of the request's work to its first token (its server-side prompt
+    /// time, as llama.cpp reports it).
+    prompt_ms: f64,
     /// The last token's frame has been handed to hyper and the body yielded once, so it
     /// was written before the closing frame is made.
     last_flushed: bool,
@@ -508,6 +571,8 @@ pub(crate) struct SimStream {
     /// The prompt's prefix-cache tokens; the reply's are appended when it is done.
     cache_tokens: Vec<u64>,
     cache_on: bool,
+    /// A stored Response's conversation (`store: true`), kept with its reply at the end.
+    history: Option<Vec<Value>>,
     /// The batch slot this request holds until its response ends (or is dropped).
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -529,6 +594,32 @@ impl SimStream {
         }
         s.push('}');
         s
+    }
+
+    /// What the protocol's frames are made from, `total` tokens long.
+    fn sim_frame<'a>(&'a self, total: u32, text_so_far: &'a str) -> dialect::Frame<'a> {
+        dialect::Frame {
+            id: &self.id,
+            created: self.created,
+            model_json: &self.model_json,
+            prompt_tokens: self.prompt_tokens(),
+            cached_tokens: self.rec.as_ref().map_or(0, |r| r.cached_tokens),
+            sent: self.sent_tokens,
+            total,
+            text_so_far,
+            prompt_ms: self.prompt_ms,
+            per_token_ms: self.sh.cfg.itl.as_secs_f64() * 1e3,
+        }
+    }
+
+    /// A stored Response: its conversation and reply, under its id.
+    fn store_response(&mut self, reply: &str) {
+        if let Some(mut h) = self.history.take() {
+            h.push(json!({"role": "assistant", "content": reply}));
+            let mut map =
+                self.sh.responses.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            map.insert(self.id.clone(), h);
+        }
     }
 
     /// A finished reply: store the blocks of the prompt followed by the reply (tagged as
@@ -566,16 +657,23 @@ impl SimStream {
 
     /// One SSE event carrying `text` (generated words: ASCII, nothing to escape).
     fn chunk_event(&self, out: &mut String, text: &str, finish: Option<&str>) {
+        let chat = self.dialect == Dialect::Chat;
+        if !matches!(self.dialect, Dialect::Chat | Dialect::Completions) {
+            let f =
+                self.sim_frame(self.n_tokens, self.rec.as_ref().map_or("", |r| r.text.as_str()));
+            self.dialect.tokens(out, &f, text, finish.is_some());
+            return;
+        }
         out.push_str(&self.prefix);
         out.push_str(text);
         match finish {
-            None => out.push_str(if self.chat {
+            None => out.push_str(if chat {
                 "\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
             } else {
                 "\",\"logprobs\":null,\"finish_reason\":null}]}\n\n"
             }),
             Some(f) => {
-                out.push_str(if self.chat {
+                out.push_str(if chat {
                     "\"},\"logprobs\":null,\"finish_reason\":\""
                 } else {
                     "\",\"logprobs\":null,\"finish_reason\":\""
@@ -691,7 +789,11 @@ impl SimStream {
                     Some(Poll::Pending)
                 }
             }
-            Fault::BadJson => bad(self, b"data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n".to_vec(), "bad JSON"),
+            Fault::BadJson => bad(
+                self,
+                b"data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n".to_vec(),
+                "bad JSON",
+            ),
             Fault::InvalidUtf8 => {
                 let mut v = self.prefix.clone().into_bytes();
                 v.extend_from_slice(b"\xff\xfe\xfd");
@@ -704,11 +806,7 @@ impl SimStream {
                 v.extend_from_slice(b"\"},\"finish_reason\":null}]}\n\n");
                 bad(self, v, "event over 1 MiB")
             }
-            Fault::ErrorEvent => bad(
-                self,
-                b"data: {\"error\": {\"message\": \"simulated engine failure\", \"type\": \"InternalServerError\", \"code\": 500}}\n\ndata: [DONE]\n\n".to_vec(),
-                "error event",
-            ),
+            Fault::ErrorEvent => bad(self, self.dialect.error_event().to_vec(), "error event"),
             _ => None,
         }
     }
@@ -720,6 +818,15 @@ impl SimStream {
         }
         if this.fault == Some(Fault::ResetAfterHeaders) {
             return this.abort("reset after headers");
+        }
+        if !this.opened {
+            // Events some protocols send before any token (Responses' `response.created`,
+            // Messages' `message_start`), at once.
+            this.opened = true;
+            let open = this.dialect.open(&this.sim_frame(this.n_tokens, ""));
+            if !open.is_empty() {
+                return Poll::Ready(Some(Ok(Bytes::from(open))));
+            }
         }
         if let Some(p) = this.midstream_fault(cx) {
             return p;
@@ -751,7 +858,7 @@ impl SimStream {
             this.push_words(&mut text, k);
             let last = this.sent_tokens + k == this.n_tokens;
             let mut frame = String::with_capacity(this.prefix.len() + text.len() + 64);
-            if this.chat && this.sent_tokens == 0 {
+            if this.dialect == Dialect::Chat && this.sent_tokens == 0 {
                 // vLLM and llama.cpp open with a role-only chunk, sent with the first token.
                 let _ = write!(
                     frame,
@@ -794,22 +901,27 @@ impl SimStream {
             return Poll::Pending;
         }
         let mut frame = String::new();
-        if this.include_usage && this.fault != Some(Fault::NoUsage) {
+        let text = this.rec.as_ref().map(|r| r.text.clone()).unwrap_or_default();
+        if !matches!(this.dialect, Dialect::Chat | Dialect::Completions) {
+            this.dialect.close(&mut frame, &this.sim_frame(this.n_tokens, ""), &text);
+        } else if this.include_usage && this.fault != Some(Fault::NoUsage) {
             let _ = write!(
                 frame,
                 "data: {{\"id\":\"{}\",\"object\":\"{}\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{}}}\n\n",
                 this.id,
-                if this.chat { "chat.completion.chunk" } else { "text_completion" },
+                if this.dialect == Dialect::Chat { "chat.completion.chunk" } else { "text_completion" },
                 this.created,
                 this.model_json,
                 this.usage_json()
             );
         }
-        frame.push_str("data: [DONE]\n\n");
+        if matches!(this.dialect, Dialect::Chat | Dialect::Completions) {
+            frame.push_str("data: [DONE]\n\n");
+        }
         if this.cache_on {
-            let text = this.rec.as_ref().map(|r| r.text.clone()).unwrap_or_default();
             this.cache_reply(&text);
         }
+        this.store_response(&text);
         if let Some(mut rec) = this.rec.take() {
             rec.completion_tokens = u64::from(this.n_tokens);
             rec.end = Instant::now();
@@ -817,6 +929,10 @@ impl SimStream {
         }
         if let Some(Fault::Linger(t)) = this.fault {
             this.linger_until = Some(Instant::now() + t);
+        }
+        if frame.is_empty() {
+            // a protocol without closing events (TGI, Triton): the body just ends
+            return Poll::Ready(None);
         }
         Poll::Ready(Some(Ok(Bytes::from(frame))))
     }

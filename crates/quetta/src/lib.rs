@@ -55,9 +55,10 @@ pub use bench::{BenchReport, Benchmark, SessionOptions, Telemetry, DEFAULT_REQUE
 pub use error::{Error, Result};
 pub use load::Load;
 pub use plan::{LengthStats, Plan, SessionPlan};
+pub use quetta_engine::RequestKind;
 pub use shard::Sharding;
 pub use sweep::{OnStep, SearchOver, SloSearch, Steps, Sweep};
-pub use target::{Api, Connected, Target, TargetKind};
+pub use target::{Connected, Protocol, ProtocolOptions, Target, TargetKind};
 
 pub use quetta_engine as engine;
 pub use quetta_loadgen as loadgen;

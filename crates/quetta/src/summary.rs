@@ -47,10 +47,7 @@ pub(crate) fn predicted_target(b: &Benchmark, model: &quetta_sim::model::ServerM
 }
 
 fn predicted_settings_endpoint(b: &Benchmark) -> &'static str {
-    match b.target.api {
-        crate::Api::Chat => "chat",
-        crate::Api::Completions => "completions",
-    }
+    b.target.protocol.endpoint()
 }
 
 fn settings_of(

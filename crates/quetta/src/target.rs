@@ -8,12 +8,10 @@ use std::time::Duration;
 use quetta_engine::{Engine, EngineError, EngineRequest, Message, Prompt, RequestParams};
 #[cfg(any(feature = "sagemaker", feature = "vertex"))]
 use quetta_http::TransportConfig;
-use quetta_openai::{
-    list_models, ApiKey, LiteLlmConfig, LiteLlmEngine, OpenAiConfig, OpenAiEngine,
-};
+use quetta_openai::{list_models, ApiKey, LiteLlmConfig, LiteLlmEngine, OpenAiConfig};
 use quetta_sim::{SimConfig, Simulator};
 
-pub use quetta_openai::Api;
+pub use quetta_protocols::{Options as ProtocolOptions, Protocol};
 
 use crate::{Error, Result};
 
@@ -29,8 +27,9 @@ use crate::{Error, Result};
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum TargetKind {
-    /// Any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, OpenAI).
-    OpenAi { base_url: String },
+    /// A server speaking one of the HTTP protocols ([`Target::protocol`]: OpenAI chat or
+    /// completions by default; vLLM, SGLang, TGI, llama.cpp, Triton, OpenAI, Anthropic).
+    Http { base_url: String },
     /// A LiteLLM proxy: OpenAI's protocol, the proxy's key, its `x-litellm-*` headers kept.
     LiteLlm { base_url: String },
     /// An Amazon SageMaker endpoint (SigV4, the AWS credential chain).
@@ -57,8 +56,12 @@ pub enum TargetKind {
 #[derive(Clone)]
 pub struct Target {
     pub kind: TargetKind,
-    /// The chat or the completions API (OpenAI-compatible targets).
-    pub api: Api,
+    /// The protocol spoken to an HTTP server or the embedded simulator (chat by default).
+    pub protocol: Protocol,
+    /// How the protocol is spoken (Responses: chain a session's turns by response id).
+    pub protocol_options: ProtocolOptions,
+    /// The path requests go to, where it is not the protocol's own (a proxy's route).
+    pub path: Option<String>,
     /// The model; without one, the first model the server lists (`GET /v1/models`).
     pub model: Option<String>,
     /// Sent as `Authorization: Bearer`, only to the target itself; never written anywhere.
@@ -89,7 +92,7 @@ pub struct Target {
 impl std::fmt::Debug for TargetKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TargetKind::OpenAi { base_url } => write!(f, "OpenAi({base_url})"),
+            TargetKind::Http { base_url } => write!(f, "Http({base_url})"),
             TargetKind::LiteLlm { base_url } => write!(f, "LiteLlm({base_url})"),
             #[cfg(feature = "sagemaker")]
             TargetKind::SageMaker(c) => write!(f, "SageMaker({})", c.endpoint_name),
@@ -105,7 +108,7 @@ impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
             .field("kind", &self.kind)
-            .field("api", &self.api)
+            .field("protocol", &self.protocol)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
@@ -117,7 +120,9 @@ impl Target {
     fn of(kind: TargetKind) -> Self {
         Self {
             kind,
-            api: Api::Chat,
+            protocol: Protocol::Chat,
+            protocol_options: ProtocolOptions::default(),
+            path: None,
             model: None,
             api_key: None,
             insecure: false,
@@ -132,9 +137,52 @@ impl Target {
         }
     }
 
-    /// An OpenAI-compatible server at `base_url` (`http://host:port`, with or without `/v1`).
+    /// An OpenAI-compatible server at `base_url` (`http://host:port`, with or without `/v1`),
+    /// chat API.
     pub fn openai(base_url: impl Into<String>) -> Self {
-        Self::of(TargetKind::OpenAi { base_url: base_url.into() })
+        Self::http(base_url, Protocol::Chat)
+    }
+
+    /// A server at `base_url` speaking `protocol`.
+    pub fn http(base_url: impl Into<String>, protocol: Protocol) -> Self {
+        Self::of(TargetKind::Http { base_url: base_url.into() }).protocol(protocol)
+    }
+
+    /// OpenAI's Responses API (`/v1/responses`).
+    pub fn responses(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Responses)
+    }
+
+    /// Anthropic's Messages API (`/v1/messages`; the key goes in `x-api-key`).
+    pub fn anthropic(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Messages)
+    }
+
+    /// llama.cpp's native `/completion`.
+    pub fn llamacpp(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::LlamaCpp)
+    }
+
+    /// Hugging Face TGI's native `/generate_stream`.
+    pub fn tgi(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Tgi)
+    }
+
+    /// SGLang's native `/generate`.
+    pub fn sglang(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Sglang)
+    }
+
+    /// Triton's generate extension with TensorRT-LLM's ensemble
+    /// (`/v2/models/{model}/generate_stream`; the model defaults to `ensemble`).
+    pub fn tensorrt_llm(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::TensorRtLlm)
+    }
+
+    /// Speak `protocol` (to an HTTP server or the embedded simulator).
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
     }
 
     /// A LiteLLM proxy at `base_url`.
@@ -178,9 +226,8 @@ impl Target {
     }
 
     /// Use the completions API (`/v1/completions`).
-    pub fn completions(mut self) -> Self {
-        self.api = Api::Completions;
-        self
+    pub fn completions(self) -> Self {
+        self.protocol(Protocol::Completions)
     }
 
     /// Use HTTP/2 with prior knowledge over cleartext.
@@ -220,10 +267,10 @@ impl Target {
         matches!(self.kind, TargetKind::Simulator(_))
     }
 
-    /// The base URL of an OpenAI-compatible or LiteLLM target.
+    /// The base URL of an HTTP or LiteLLM target.
     pub fn base_url(&self) -> Option<&str> {
         match &self.kind {
-            TargetKind::OpenAi { base_url } | TargetKind::LiteLlm { base_url } => Some(base_url),
+            TargetKind::Http { base_url } | TargetKind::LiteLlm { base_url } => Some(base_url),
             _ => None,
         }
     }
@@ -235,7 +282,7 @@ impl Target {
             TargetKind::SageMaker(c) => matches!(c.payload, quetta_sagemaker::Payload::OpenAi),
             #[cfg(feature = "vertex")]
             TargetKind::Vertex(c) => c.api != quetta_vertex::VertexApi::Predict,
-            _ => true,
+            _ => self.protocol.takes_messages(),
         }
     }
 
@@ -254,15 +301,15 @@ impl Target {
     /// than connect are the runner's ([`crate::Benchmark::timeouts`]), around any engine.
     pub async fn connect(&self) -> Result<Connected> {
         match &self.kind {
-            TargetKind::OpenAi { base_url } | TargetKind::LiteLlm { base_url } => {
-                self.connect_openai(base_url, None).await
+            TargetKind::Http { base_url } | TargetKind::LiteLlm { base_url } => {
+                self.connect_http(base_url, None).await
             }
             TargetKind::Simulator(cfg) => {
                 let sim = Simulator::start((**cfg).clone())
                     .map_err(|e| Error::Target(format!("starting the embedded simulator: {e}")))?;
                 let url = sim.base_url();
                 let model = self.model.clone().unwrap_or_else(|| cfg.model.clone());
-                let mut c = self.connect_openai(&url, Some(model)).await?;
+                let mut c = self.connect_http(&url, Some(model)).await?;
                 // a twin's timing is its model's (its own note says whose)
                 c.notes.push(match &cfg.server_model {
                     Some(_) => "target is Quetta's embedded simulator serving a twin, not a real server; client CPU figures include it".into(),
@@ -281,7 +328,7 @@ impl Target {
                 model: self.model.clone().unwrap_or_else(|| e.name().to_owned()),
                 base_url: format!("engine:{}", e.name()),
                 backend: e.name().to_owned(),
-                api: self.api,
+                protocol: self.protocol,
                 embedded_simulator: false,
                 notes: Vec::new(),
                 simulator: None,
@@ -295,23 +342,32 @@ impl Target {
         }
     }
 
-    async fn connect_openai(&self, base_url: &str, model: Option<String>) -> Result<Connected> {
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(Error::config(format!(
-                "--base-url {base_url:?} must start with http:// or https://"
-            )));
-        }
-        let key = self.api_key.as_deref().map(ApiKey::new);
-        let given = model.or_else(|| self.model.clone());
+    /// The model: the one given, else the first the server lists (`GET /v1/models`, for
+    /// the protocols whose servers list them) or the protocol's own default; with the
+    /// pre-flight on, the list is also its first check. Whether the server listed it.
+    async fn find_model(
+        &self,
+        base_url: &str,
+        given: Option<String>,
+        key: Option<&ApiKey>,
+    ) -> Result<(String, bool)> {
         let embedded = matches!(self.kind, TargetKind::Simulator(_));
         let litellm = matches!(self.kind, TargetKind::LiteLlm { .. });
+        // Servers of the other protocols may list their models too (llama.cpp, vLLM), but
+        // their own services need not (Anthropic's takes its key in another header): only
+        // a run that names no model asks them.
+        let lists = self.protocol.lists_models() || litellm;
+        let given = match (given, self.protocol.default_model()) {
+            (None, Some(d)) if !lists => Some(d.to_owned()),
+            (g, _) => g,
+        };
         // The model list: needed without a model, and the pre-flight's first check with one.
-        let listing = if given.is_none() || (self.preflight && !embedded) {
-            Some(list_models(base_url, key.as_ref(), self.insecure, Duration::from_secs(15)).await)
+        let listing = if given.is_none() || (lists && self.preflight && !embedded) {
+            Some(list_models(base_url, key, self.insecure, Duration::from_secs(15)).await)
         } else {
             None
         };
-        let (model, listed) = match (given, listing) {
+        Ok(match (given, listing) {
             (None, Some(Ok(list))) => (
                 list.into_iter().next().ok_or_else(|| {
                     Error::Target("no --model given and /v1/models lists no model".into())
@@ -350,8 +406,20 @@ impl Target {
                 (m, false)
             }
             (Some(m), None) => (m, false),
-        };
-        let mut cfg = OpenAiConfig::new(base_url, self.api, &model);
+        })
+    }
+
+    async fn connect_http(&self, base_url: &str, model: Option<String>) -> Result<Connected> {
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(Error::config(format!(
+                "--base-url {base_url:?} must start with http:// or https://"
+            )));
+        }
+        let key = self.api_key.as_deref().map(ApiKey::new);
+        let embedded = matches!(self.kind, TargetKind::Simulator(_));
+        let (model, listed) =
+            self.find_model(base_url, model.or_else(|| self.model.clone()), key.as_ref()).await?;
+        let mut cfg = OpenAiConfig::new(base_url, quetta_openai::Api::Chat, &model);
         cfg.api_key = key;
         cfg.http2 = self.http2;
         cfg.insecure = self.insecure;
@@ -360,27 +428,34 @@ impl Target {
         cfg.session_body_field.clone_from(&self.session_body_field);
         cfg.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         cfg.connect_timeout = self.connect_timeout;
+        cfg.endpoint_path.clone_from(&self.path);
         let mut notes = Vec::new();
         let engine: Arc<dyn Engine> = if matches!(self.kind, TargetKind::LiteLlm { .. }) {
             if !model.contains('/') && !listed {
                 notes.push(format!("LiteLLM: model {model:?} has no provider prefix (e.g. openai/gpt-4o); the proxy may route it by alias"));
             }
+            cfg.api = if self.protocol == Protocol::Completions {
+                quetta_openai::Api::Completions
+            } else {
+                quetta_openai::Api::Chat
+            };
             Arc::new(
                 LiteLlmEngine::new(LiteLlmConfig { openai: cfg })
                     .map_err(|e| Error::config(e.to_string()))?,
             )
         } else {
-            Arc::new(OpenAiEngine::new(cfg).map_err(|e| Error::config(e.to_string()))?)
+            quetta_protocols::engine(self.protocol, cfg, &self.protocol_options)
+                .map_err(|e| Error::config(e.to_string()))?
         };
         if self.preflight && !embedded {
-            preflight_request(engine.as_ref(), base_url, self.api, &self.headers).await?;
+            preflight_request(engine.as_ref(), base_url, self.protocol, &self.headers).await?;
         }
         Ok(Connected {
             backend: engine.name().to_owned(),
             engine,
             model,
             base_url: base_url.to_owned(),
-            api: self.api,
+            protocol: self.protocol,
             embedded_simulator: false,
             notes,
             simulator: None,
@@ -419,7 +494,7 @@ impl Target {
             model,
             base_url: format!("{base}/endpoints/{name}"),
             backend: "sagemaker".into(),
-            api: Api::Chat,
+            protocol: Protocol::Chat,
             embedded_simulator: false,
             notes: vec![note],
             simulator: None,
@@ -470,7 +545,7 @@ impl Target {
             engine: Arc::new(e),
             model,
             base_url: base,
-            api: Api::Chat,
+            protocol: Protocol::Chat,
             embedded_simulator: false,
             notes,
             simulator: None,
@@ -497,9 +572,10 @@ pub struct Connected {
     pub model: String,
     /// The endpoint's URL (for the summary's target).
     pub base_url: String,
-    /// The engine's name (`openai-chat`, `litellm-chat`, `sagemaker`, ...).
+    /// The engine's name (`openai-chat`, `litellm-chat`, `anthropic`, `sagemaker`, ...).
     pub backend: String,
-    pub api: Api,
+    /// The protocol spoken (chat for the managed endpoints, whatever their wire format).
+    pub protocol: Protocol,
     pub embedded_simulator: bool,
     /// What a reader of the results must know about the target.
     pub notes: Vec<String>,
@@ -530,12 +606,9 @@ impl Connected {
         self.insecure
     }
 
-    /// `chat` or `completions`.
+    /// The endpoint type results record (`chat`, `completions`, `responses`, ...).
     pub fn endpoint(&self) -> &'static str {
-        match self.api {
-            Api::Chat => "chat",
-            Api::Completions => "completions",
-        }
+        self.protocol.endpoint()
     }
 }
 
@@ -554,12 +627,13 @@ fn preflight_reason(e: &EngineError) -> String {
 async fn preflight_request(
     engine: &dyn Engine,
     base_url: &str,
-    api: Api,
+    protocol: Protocol,
     headers: &[(String, String)],
 ) -> Result<()> {
-    let prompt = match api {
-        Api::Completions => Prompt::Text("Hi".into()),
-        Api::Chat => Prompt::Chat(vec![Message::text("user", "Hi")]),
+    let prompt = if protocol.takes_messages() {
+        Prompt::Chat(vec![Message::text("user", "Hi")])
+    } else {
+        Prompt::Text("Hi".into())
     };
     let mut req = EngineRequest::new(u64::MAX, prompt);
     req.max_tokens = Some(1);

@@ -1,0 +1,333 @@
+//! `quetta-protocols`: every HTTP protocol of an inference server, by name.
+//!
+//! [`Protocol`] is the registry: one entry per protocol, with its name in results, the
+//! names users already type for it (vLLM's `--backend`, AIPerf's `--endpoint-type`), what
+//! its requests measure ([`RequestKind`]) and its default path; [`engine`] builds the engine
+//! of any of them over the shared transport of `quetta-http`. OpenAI's chat and
+//! completions are `quetta-openai`'s engine; every other protocol is a [`Wire`] (how a
+//! request is addressed and written, how its answer is decoded) run by [`HttpEngine`]:
+//! - server-sent events: OpenAI Responses ([`responses`]), Anthropic Messages
+//!   ([`anthropic`]), the engines' own generate APIs ([`native`]: llama.cpp, TGI, SGLang,
+//!   Triton/TensorRT-LLM).
+//!
+//! Adding a protocol is a [`Wire`] (its body and its decoder), its simulator side in
+//! `quetta-sim`, and one entry in [`Protocol`]'s table: nothing in the runner or the
+//! binaries. Every decoder stamps nothing itself: the transport stamps each body frame
+//! when its bytes arrive, before the decoder sees them.
+
+pub mod anthropic;
+mod common;
+mod engine;
+pub mod native;
+pub mod responses;
+
+use std::sync::Arc;
+
+use quetta_engine::Engine;
+pub use quetta_engine::RequestKind;
+use quetta_http::BuildError;
+use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
+
+pub use engine::{BodyContext, HttpEngine, KeyHeader, Wire};
+
+/// A protocol Quetta speaks over HTTP. See [`Protocol::ALL`] for the table.
+///
+/// ```
+/// use quetta_protocols::Protocol;
+/// assert_eq!(Protocol::from_name("openai-responses"), Some(Protocol::Responses));
+/// assert_eq!(Protocol::from_name("messages"), Some(Protocol::Messages)); // AIPerf's name
+/// assert_eq!(Protocol::Messages.name(), "anthropic");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// OpenAI chat completions (`/v1/chat/completions`).
+    Chat,
+    /// OpenAI completions (`/v1/completions`).
+    Completions,
+    /// OpenAI Responses (`/v1/responses`).
+    Responses,
+    /// Anthropic Messages (`/v1/messages`).
+    Messages,
+    /// llama.cpp's native `/completion`.
+    LlamaCpp,
+    /// Hugging Face TGI's `/generate_stream` and `/generate`.
+    Tgi,
+    /// SGLang's native `/generate`.
+    Sglang,
+    /// Triton's generate extension (TensorRT-LLM): `/v2/models/{model}/generate_stream`.
+    TensorRtLlm,
+}
+
+/// One row of the registry.
+#[derive(Debug)]
+pub struct ProtocolInfo {
+    pub protocol: Protocol,
+    /// The protocol's name in results (`summary.json`'s backend) and on the command line.
+    pub name: &'static str,
+    /// The endpoint type results record (AIPerf's names where it has one).
+    pub endpoint: &'static str,
+    /// Other names users type for it: vLLM's `--backend` and AIPerf's `--endpoint-type`.
+    pub aliases: &'static [&'static str],
+    /// What its requests measure.
+    pub kind: RequestKind,
+    /// Its default path (`{model}` stands for the model).
+    pub path: &'static str,
+    /// One line on what it is.
+    pub about: &'static str,
+}
+
+const TABLE: &[ProtocolInfo] = &[
+    ProtocolInfo {
+        protocol: Protocol::Chat,
+        name: "openai-chat",
+        endpoint: "chat",
+        aliases: &[],
+        kind: RequestKind::Generate,
+        path: "/v1/chat/completions",
+        about: "OpenAI chat completions (vLLM, SGLang, TGI, llama.cpp, OpenAI)",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Completions,
+        name: "openai-completions",
+        endpoint: "completions",
+        aliases: &[],
+        kind: RequestKind::Generate,
+        path: "/v1/completions",
+        about: "OpenAI completions",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Responses,
+        name: "openai-responses",
+        endpoint: "responses",
+        aliases: &[],
+        kind: RequestKind::Generate,
+        path: "/v1/responses",
+        about: "OpenAI Responses (vLLM, llama.cpp, OpenAI)",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Messages,
+        name: "anthropic",
+        endpoint: "messages",
+        aliases: &["anthropic-messages"],
+        kind: RequestKind::Generate,
+        path: "/v1/messages",
+        about: "Anthropic Messages (x-api-key, anthropic-version)",
+    },
+    ProtocolInfo {
+        protocol: Protocol::LlamaCpp,
+        name: "llamacpp",
+        endpoint: "llamacpp_completion",
+        aliases: &["llama.cpp", "llama-cpp"],
+        kind: RequestKind::Generate,
+        path: "/completion",
+        about: "llama.cpp's native /completion (token ids, timings)",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Tgi,
+        name: "tgi-generate",
+        endpoint: "huggingface_generate",
+        aliases: &[],
+        kind: RequestKind::Generate,
+        path: "/generate_stream",
+        about: "Hugging Face TGI's /generate_stream and /generate",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Sglang,
+        name: "sglang-generate",
+        endpoint: "sglang_generate",
+        aliases: &[],
+        kind: RequestKind::Generate,
+        path: "/generate",
+        about: "SGLang's native /generate (meta_info)",
+    },
+    ProtocolInfo {
+        protocol: Protocol::TensorRtLlm,
+        name: "tensorrt-llm",
+        endpoint: "triton_generate",
+        aliases: &["trt-llm"],
+        kind: RequestKind::Generate,
+        path: "/v2/models/{model}/generate_stream",
+        about: "Triton's generate extension with TensorRT-LLM's ensemble inputs",
+    },
+];
+
+impl Protocol {
+    /// Every protocol, in the registry's order.
+    pub fn all() -> impl Iterator<Item = Protocol> {
+        TABLE.iter().map(|i| i.protocol)
+    }
+
+    /// The protocol's row in the registry.
+    pub fn info(self) -> &'static ProtocolInfo {
+        TABLE.iter().find(|i| i.protocol == self).expect("every protocol has a registry row")
+    }
+
+    /// Its name in results and on the command line.
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// The endpoint type results record.
+    pub fn endpoint(self) -> &'static str {
+        self.info().endpoint
+    }
+
+    /// What its requests measure.
+    pub fn kind(self) -> RequestKind {
+        self.info().kind
+    }
+
+    /// The protocol a name stands for: its own name, its endpoint type, or an alias
+    /// (case-insensitive; `_` and `-` alike).
+    pub fn from_name(name: &str) -> Option<Self> {
+        let norm = |s: &str| s.trim().to_ascii_lowercase().replace('_', "-");
+        let n = norm(name);
+        TABLE
+            .iter()
+            .find(|i| {
+                norm(i.name) == n || norm(i.endpoint) == n || i.aliases.iter().any(|a| norm(a) == n)
+            })
+            .map(|i| i.protocol)
+    }
+
+    /// The protocol whose default path this is (`/v1/responses`; `/v1` may be left out).
+    pub fn from_path(path: &str) -> Option<Self> {
+        let p = path.trim().trim_end_matches('/');
+        let strip = |s: &'static str| s.strip_prefix("/v1").unwrap_or(s);
+        TABLE
+            .iter()
+            .find(|i| !i.path.contains('{') && (i.path == p || strip(i.path) == strip_v1(p)))
+            .map(|i| i.protocol)
+    }
+
+    /// Whether the protocol's servers list their models at `GET /v1/models` (OpenAI's
+    /// protocols do; the engines' native ones need the model named, or have one).
+    pub fn lists_models(self) -> bool {
+        matches!(self, Self::Chat | Self::Completions | Self::Responses)
+    }
+
+    /// Whether the protocol's prompts are conversations (else text: a conversation is sent
+    /// as its messages joined).
+    pub fn takes_messages(self) -> bool {
+        matches!(self, Self::Chat | Self::Responses | Self::Messages)
+    }
+
+    /// The model named when none is given, for protocols whose servers do not list theirs
+    /// (`None`: the protocol needs one named, or lists them).
+    pub fn default_model(self) -> Option<&'static str> {
+        match self {
+            Self::TensorRtLlm => Some("ensemble"),
+            Self::LlamaCpp | Self::Tgi | Self::Sglang => Some("default"),
+            _ => None,
+        }
+    }
+
+    /// Whether the protocol can be told to generate exactly the requested length
+    /// (`ignore_eos` or a minimum length); TGI cannot.
+    pub fn forces_lengths(self) -> bool {
+        !matches!(self, Self::Tgi)
+    }
+
+    /// The protocol's [`Wire`] (`None` for OpenAI's chat and completions, which
+    /// `quetta-openai`'s engine speaks).
+    pub fn wire(self, opts: &Options) -> Option<Box<dyn Wire>> {
+        Some(match self {
+            Self::Chat | Self::Completions => return None,
+            Self::Responses if opts.chain_responses => Box::new(responses::Responses::chained()),
+            Self::Responses => Box::new(responses::Responses::new()),
+            Self::Messages => Box::new(anthropic::Messages),
+            Self::LlamaCpp => Box::new(native::LlamaCpp),
+            Self::Tgi => Box::new(native::Tgi),
+            Self::Sglang => Box::new(native::Sglang),
+            Self::TensorRtLlm => Box::new(native::TritonGenerate),
+        })
+    }
+}
+
+fn strip_v1(p: &str) -> &str {
+    p.strip_prefix("/v1").unwrap_or(p)
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Choices that change how a protocol is spoken, not which.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Options {
+    /// Responses: chain a session's turns with `previous_response_id` instead of sending
+    /// the whole history.
+    pub chain_responses: bool,
+}
+
+/// The engine of `protocol` for the server of `cfg` (`cfg.api` is set from the protocol).
+pub fn engine(
+    protocol: Protocol,
+    mut cfg: OpenAiConfig,
+    opts: &Options,
+) -> Result<Arc<dyn Engine>, BuildError> {
+    match protocol.wire(opts) {
+        Some(w) => Ok(Arc::new(HttpEngine::new(cfg, w)?)),
+        None => {
+            cfg.api = if protocol == Protocol::Completions { Api::Completions } else { Api::Chat };
+            Ok(Arc::new(OpenAiEngine::new(cfg)?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_protocol_has_one_row_and_names_do_not_clash() {
+        let mut names: Vec<String> = Vec::new();
+        for i in TABLE {
+            assert_eq!(Protocol::from_name(i.name), Some(i.protocol));
+            assert_eq!(Protocol::from_name(i.endpoint), Some(i.protocol));
+            let mut own: Vec<String> =
+                [i.name, i.endpoint].iter().chain(i.aliases).map(|s| s.replace('_', "-")).collect();
+            own.sort();
+            own.dedup();
+            names.extend(own);
+        }
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name stands for two protocols");
+        assert_eq!(TABLE.len(), Protocol::all().count());
+    }
+
+    /// `run.json` and `summary.json` name the endpoint type: their schemas allow exactly
+    /// the registry's.
+    #[test]
+    fn the_schemas_know_every_endpoint_type() {
+        fn enums(v: &serde_json::Value, out: &mut Vec<Vec<String>>) {
+            match v {
+                serde_json::Value::Object(o) => {
+                    if let Some(e) = o.get("endpoint").and_then(|e| e.get("enum")) {
+                        let names = e.as_array().unwrap().iter();
+                        out.push(names.map(|n| n.as_str().unwrap().to_owned()).collect());
+                    }
+                    o.values().for_each(|x| enums(x, out));
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|x| enums(x, out)),
+                _ => {}
+            }
+        }
+        let want: Vec<String> = Protocol::all().map(|p| p.endpoint().to_owned()).collect();
+        for text in [
+            include_str!("../../../docs/schema/run.schema.json"),
+            include_str!("../../../docs/schema/summary.schema.json"),
+        ] {
+            let mut found = Vec::new();
+            enums(&serde_json::from_str(text).unwrap(), &mut found);
+            assert_eq!(found.len(), 2);
+            assert!(found.iter().all(|f| *f == want), "{found:?} != {want:?}");
+        }
+    }
+}
