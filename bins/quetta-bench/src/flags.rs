@@ -138,6 +138,9 @@ choice!(DatasetName {
     Random,
     /// Random prompts sent as token ids (completions; needs --tokenizer).
     RandomIds,
+    /// Random queries and documents (a rerank or score protocol; --random-batch-size
+    /// documents per query).
+    RandomRerank,
     /// A ShareGPT JSON file (--dataset-path).
     Sharegpt,
     /// The lines of a text file as prompts (--dataset-path): Quetta does not build vLLM's
@@ -370,8 +373,12 @@ pub struct RunArgs {
     #[arg(help_heading = "Twin", long, requires = "sim_model")]
     pub predict: bool,
     /// Measured requests to send (default 100 when no --duration is given; a trace: all).
-    #[arg(help_heading = "Load", long, visible_alias = "num-prompts", value_parser = positive_u64)]
+    #[arg(help_heading = "Load", long, value_parser = positive_u64)]
     pub num_requests: Option<u64>,
+    /// vLLM's count of prompts: the requests, or with --random-batch-size the inputs
+    /// (requests = prompts / batch size, rounded up).
+    #[arg(help_heading = "Load", long, value_parser = positive_u64, conflicts_with = "num_requests")]
+    pub num_prompts: Option<u64>,
     /// Stop sending after this long: seconds, or 500ms, 10m.
     #[arg(help_heading = "Load", long, value_parser = duration_arg)]
     pub duration: Option<Duration>,
@@ -462,6 +469,10 @@ pub struct RunArgs {
     /// Synthetic lengths drawn uniformly from [len·(1−r), len·(1+r)] (vLLM's), 0 ≤ r < 1.
     #[arg(help_heading = "Workload", long)]
     pub random_range_ratio: Option<f64>,
+    /// Inputs per request of an embeddings protocol (one batch), documents per query of a
+    /// rerank or score protocol (vLLM's).
+    #[arg(help_heading = "Workload", long, visible_alias = "batch-size", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub random_batch_size: u32,
     /// The prompt lengths' own range ratio (instead of --random-range-ratio for them).
     #[arg(help_heading = "Workload", long, visible_alias = "random-input-range-ratio")]
     pub input_range_ratio: Option<f64>,
@@ -742,6 +753,14 @@ impl RunArgs {
         }
     }
 
+    /// The requests to send: --num-requests, or vLLM's --num-prompts (its inputs, in a
+    /// batched run: requests = prompts / batch size, rounded up).
+    fn requests(&self) -> Option<u64> {
+        let batched = !self.protocol().kind().generates();
+        let per = u64::from(self.random_batch_size);
+        self.num_requests.or(self.num_prompts.map(|n| if batched { n.div_ceil(per) } else { n }))
+    }
+
     /// The path --endpoint gives, where it is not the protocol's own.
     fn path(&self) -> Option<String> {
         match &self.endpoint {
@@ -919,6 +938,8 @@ impl RunArgs {
             replay_speed: self.trace_speed,
             block_size: self.block_size,
             seed: self.seed,
+            kind: self.protocol().kind(),
+            inputs_per_request: self.random_batch_size,
         }
     }
 
@@ -966,7 +987,7 @@ impl RunArgs {
             // vLLM's `inf`: no schedule; every request at once, or --max-concurrency at a time
             let n = match (cap, self.duration) {
                 (Some(c), _) => c,
-                (None, None) => usize::try_from(self.num_requests.unwrap_or(quetta::DEFAULT_REQUESTS)).unwrap_or(usize::MAX),
+                (None, None) => usize::try_from(self.requests().unwrap_or(quetta::DEFAULT_REQUESTS)).unwrap_or(usize::MAX),
                 (None, Some(_)) => bail!("--request-rate inf with --duration sends without end: cap it with --max-concurrency"),
             };
             return Ok(Some(Load::closed(n)));
@@ -1030,10 +1051,9 @@ impl RunArgs {
         {
             bail!("--percentile-metrics: {m:?} is not one of {}", VLLM_METRICS.join(", "));
         }
-        if self
-            .dataset_name
-            .is_some_and(|d| matches!(d, DatasetName::Random | DatasetName::RandomIds))
-            && self.dataset.is_some()
+        if self.dataset_name.is_some_and(|d| {
+            matches!(d, DatasetName::Random | DatasetName::RandomIds | DatasetName::RandomRerank)
+        }) && self.dataset.is_some()
         {
             bail!("--dataset-name random makes its own prompts: drop --dataset-path, or name the file's format (sharegpt, custom, sonnet)");
         }
@@ -1051,7 +1071,12 @@ impl RunArgs {
         }
         let mut b = Benchmark::new(self.target()?).workload(self.workload());
         b.load = self.load()?;
-        b.requests = self.num_requests;
+        b.requests = self.requests();
+        if self.dataset_name == Some(DatasetName::RandomRerank)
+            && self.protocol().kind() != quetta::RequestKind::Rank
+        {
+            bail!("--dataset-name random-rerank makes queries and documents: give a rerank protocol (--backend vllm-rerank, tei-rerank or vllm-score)");
+        }
         b.duration = self.duration;
         b.warmup = self.warmup;
         b.drain_timeout = self.drain_timeout;

@@ -4,6 +4,7 @@
 
 mod commands;
 mod flags;
+mod protocols;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,6 +87,15 @@ enum Command {
     /// Workload tools.
     #[command(subcommand)]
     Workload(WorkloadCmd),
+    /// List the protocols --backend takes: their names, vLLM's and AIPerf's, and paths.
+    #[command(after_help = "Example:\n  quetta-bench protocols")]
+    Protocols,
+    /// What each protocol costs on one server: the same prompts through each generation
+    /// protocol in turn, TTFT, TPOT and E2E beside the server's own timings.
+    #[command(
+        after_help = "Example:\n  quetta-bench protocol-cost --base-url http://127.0.0.1:8080 --rounds 20"
+    )]
+    ProtocolCost(protocols::CostArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +155,8 @@ fn main() -> ExitCode {
         }
         Command::Profiles { profile_file } => commands::profiles(profile_file.as_deref()),
         Command::Report { dir } => commands::report(&dir),
+        Command::Protocols => Ok(protocols::list()),
+        Command::ProtocolCost(a) => protocols::cost(&a),
         Command::Workload(WorkloadCmd::Fit { trace, trace_format, trace_columns, output }) => {
             commands::fit(&trace, trace_format.format(), &trace_columns, &output)
         }

@@ -91,6 +91,9 @@ struct Args {
     /// (Authorization: Bearer; Anthropic's x-api-key).
     #[arg(long, env = "QUETTA_SIM_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Numbers in each embedding (and pooled output) it answers with.
+    #[arg(long, default_value_t = 384)]
+    embedding_dim: usize,
     #[command(flatten)]
     twin: TwinArgs,
     /// The twin counts prompt tokens with this tokenizer (a tokenizer.json or a cached
@@ -241,6 +244,7 @@ fn main() -> Result<std::process::ExitCode> {
         server_model: twin.as_ref().map(|t| t.model.clone()),
         token_counter: twin.and_then(|t| t.token_counter),
         api_key: a.api_key,
+        embedding_dim: a.embedding_dim,
     };
     let sim = Simulator::start(cfg).context("starting the simulator")?;
     match &sim.config().server_model {

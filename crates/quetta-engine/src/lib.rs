@@ -53,6 +53,13 @@ pub trait Engine: Send + Sync + 'static {
     /// A short name of the backend (`openai-chat`, `sagemaker`, ...), written into results.
     fn name(&self) -> &str;
 
+    /// What its requests ask of the server, which decides what they measure: generation
+    /// (the default) has a first token and tokens after it; an embedding or a ranking is one
+    /// answer.
+    fn kind(&self) -> RequestKind {
+        RequestKind::Generate
+    }
+
     /// Send one request. The returned stream must end with `End` or `Error`.
     ///
     /// The request is sent when the stream is first polled, so a caller that records the
@@ -151,6 +158,12 @@ impl RequestKind {
     pub fn generates(self) -> bool {
         matches!(self, Self::Generate | Self::Transcribe)
     }
+
+    /// Whether this is text generation (the default, left out of result files).
+    #[allow(clippy::trivially_copy_pass_by_ref)]
+    pub fn is_generate(&self) -> bool {
+        *self == Self::Generate
+    }
 }
 
 /// What the model is asked to continue.
@@ -164,6 +177,23 @@ pub enum Prompt {
     Text(String),
     /// A prompt given as token ids (completions endpoints of vLLM, SGLang, llama.cpp).
     TokenIds(Vec<u32>),
+    /// A batch of texts in one request (embeddings, pooling).
+    Inputs(Vec<String>),
+    /// A query and the documents to score against it (rerank, score).
+    Rank { query: String, documents: Vec<String> },
+}
+
+impl Prompt {
+    /// How many inputs the request carries: the texts of a batch, the documents of a
+    /// ranking, else one.
+    pub fn input_count(&self) -> u32 {
+        let n = match self {
+            Prompt::Inputs(v) => v.len(),
+            Prompt::Rank { documents, .. } => documents.len(),
+            _ => 1,
+        };
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
 }
 
 /// Sampling parameters; `None` leaves the server's default.

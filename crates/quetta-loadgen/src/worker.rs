@@ -46,6 +46,7 @@ pub(crate) fn begin(
         planned_input_tokens,
         planned_output_tokens: request.max_tokens.unwrap_or(0),
         streamed: request.stream,
+        inputs: request.prompt.input_count(),
         itl_us: Vec::with_capacity(cap),
         text: request.capture_text.then(String::new),
         ..Observation::default()
@@ -67,6 +68,7 @@ pub async fn observe(
     let off = |t: Instant| t.saturating_duration_since(run_start);
     // `send` builds the request (the JSON body of a long prompt takes a while); the request
     // leaves on the first poll, so that is where `sent` is stamped.
+    o.kind = engine.kind();
     let mut stream = engine.send(request);
     o.sent = Some(off(Instant::now()));
     let mut last_token: Option<Instant> = None;
@@ -131,8 +133,11 @@ pub async fn observe(
                 o.finish_reason = finish_reason;
                 o.streamed = streamed;
                 if !streamed {
-                    // One answer, no stream: TTFT equals E2E, and there is no ITL.
-                    o.first_token = o.first_token.or(Some(o.end));
+                    // One answer, no stream: TTFT equals E2E, and there is no ITL; an
+                    // embedding or a ranking has no token at all.
+                    if o.kind.generates() {
+                        o.first_token = o.first_token.or(Some(o.end));
+                    }
                     o.itl_us.clear();
                 }
                 return Tail(Some(stream));

@@ -30,10 +30,12 @@ pub enum Metric {
     Turnaround,
     /// Open loop, per request: its end → the client releasing it.
     Release,
+    /// Requests with several inputs (embeddings, rankings): E2E / inputs.
+    PerInput,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 13] = [
+    pub const ALL: [Metric; 14] = [
         Metric::Ttft,
         Metric::Ttfo,
         Metric::Tpot,
@@ -47,6 +49,7 @@ impl Metric {
         Metric::ReadLag,
         Metric::Turnaround,
         Metric::Release,
+        Metric::PerInput,
     ];
 
     /// The key of this metric in `summary.json`.
@@ -65,6 +68,7 @@ impl Metric {
             Metric::ReadLag => "read_lag_ms",
             Metric::Turnaround => "turnaround_ms",
             Metric::Release => "release_ms",
+            Metric::PerInput => "per_input_ms",
         }
     }
 
@@ -459,6 +463,8 @@ pub struct Aggregate {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cached_tokens: u64,
+    /// Inputs of completed requests that carry several (embeddings, rankings).
+    pub inputs: u64,
     pub input_sources: BTreeMap<TokenSource, u64>,
     pub output_sources: BTreeMap<TokenSource, u64>,
     /// Earliest intended send time of a measured request (ms offset).
@@ -566,6 +572,16 @@ pub struct MetricsSummary {
     pub schedule_lag_ms: Stats,
     pub ttft_from_intended_ms: Stats,
     pub e2e_from_intended_ms: Stats,
+    /// Inputs of the completed requests that carry several (a batch's texts, a ranking's
+    /// documents); 0 for generation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub total_inputs: u64,
+    /// Inputs per second of the measured window.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub input_throughput: f64,
+    /// Per request: E2E divided by its inputs (docs/METRICS.md); absent for generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_input_ms: Option<Stats>,
     pub errors: BTreeMap<String, u64>,
     /// The most frequent error messages (the server's own text), at most 3, most frequent
     /// first: what a failed run says first.
@@ -653,6 +669,7 @@ impl Aggregate {
             input_tokens: 0,
             output_tokens: 0,
             cached_tokens: 0,
+            inputs: 0,
             input_sources: BTreeMap::new(),
             output_sources: BTreeMap::new(),
             window_start_ms: None,
@@ -753,6 +770,10 @@ impl Aggregate {
             }
         }
         self.dist(Metric::Itl).add_us(&r.itl_us);
+        if let (Some(n), Some(e)) = (r.inputs.filter(|n| *n > 0), r.e2e_ms) {
+            self.inputs += u64::from(n);
+            self.dist(Metric::PerInput).add(e / f64::from(n));
+        }
         if let Some(m) = r.itl_mean_ms() {
             self.dist(Metric::ItlRequestMean).add(m);
         }
@@ -820,6 +841,7 @@ impl Aggregate {
         self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(o.cached_tokens);
+        self.inputs += o.inputs;
         for (k, v) in &o.input_sources {
             *self.input_sources.entry(*k).or_default() += v;
         }
@@ -984,6 +1006,9 @@ impl Aggregate {
             schedule_lag_ms: s(Metric::ScheduleLag),
             ttft_from_intended_ms: s(Metric::TtftFromIntended),
             e2e_from_intended_ms: s(Metric::E2eFromIntended),
+            total_inputs: self.inputs,
+            input_throughput: per_s(self.inputs as f64),
+            per_input_ms: (self.inputs > 0).then(|| s(Metric::PerInput)),
             errors: self.errors.clone(),
             top_errors: self.top_errors(TOP_ERRORS),
             goodput,
@@ -991,6 +1016,16 @@ impl Aggregate {
             per_turn: self.per_turn.iter().map(|(t, a)| a.summary(*t, extra_percentiles)).collect(),
         }
     }
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// The serialised form: counters as they are, histograms as base64 of HdrHistogram's V2
@@ -1007,6 +1042,8 @@ struct Wire {
     input_tokens: u64,
     output_tokens: u64,
     cached_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    inputs: u64,
     input_sources: BTreeMap<TokenSource, u64>,
     output_sources: BTreeMap<TokenSource, u64>,
     window_start_ms: Option<f64>,
@@ -1104,7 +1141,10 @@ impl Serialize for Aggregate {
         use serde::ser::Error;
         let mut dists = BTreeMap::new();
         for (m, d) in Metric::ALL.iter().zip(&self.dists) {
-            dists.insert(*m, WireDist::from_dist(d).map_err(S::Error::custom)?);
+            // (a metric of requests with several inputs only when there were some)
+            if *m != Metric::PerInput || d.count > 0 {
+                dists.insert(*m, WireDist::from_dist(d).map_err(S::Error::custom)?);
+            }
         }
         let mut per_turn = BTreeMap::new();
         for (k, t) in &self.per_turn {
@@ -1133,6 +1173,7 @@ impl Serialize for Aggregate {
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
             cached_tokens: self.cached_tokens,
+            inputs: self.inputs,
             input_sources: self.input_sources.clone(),
             output_sources: self.output_sources.clone(),
             window_start_ms: self.window_start_ms,
@@ -1195,6 +1236,7 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.input_tokens = w.input_tokens;
         agg.output_tokens = w.output_tokens;
         agg.cached_tokens = w.cached_tokens;
+        agg.inputs = w.inputs;
         agg.input_sources = w.input_sources;
         agg.output_sources = w.output_sources;
         agg.window_start_ms = w.window_start_ms;

@@ -33,6 +33,7 @@ pub use aggregate::{
     ServerTimingSummary, Stats, TurnSummary,
 };
 pub use client::{ClientStats, Host};
+pub use quetta_engine::RequestKind;
 pub use record::{CachedSource, Observation, RequestRecord, TokenSource};
 pub use slo::{ObjectiveVerdict, Slo, SloError, SloMetric, SloSet, SloVerdict};
 pub use telemetry::{GpuReport, ServerReport};

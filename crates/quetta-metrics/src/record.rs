@@ -96,6 +96,10 @@ pub struct Observation {
     pub release: Option<Duration>,
     /// The server's own timing of the request, where it reports one.
     pub server_timing: Option<quetta_engine::ServerTiming>,
+    /// What the request asked of the server.
+    pub kind: quetta_engine::RequestKind,
+    /// The inputs it carried (a batch's texts, a ranking's documents; one otherwise).
+    pub inputs: u32,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -209,6 +213,9 @@ pub struct RequestRecord {
     /// The server's own time per generated token (`timings.predicted_per_token_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_tpot_ms: Option<f64>,
+    /// Requests that embed or rank: how many inputs (texts, documents) they carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -424,6 +431,7 @@ impl RequestRecord {
             release_ms: o.release.map(ms),
             server_prefill_ms: o.server_timing.and_then(|t| t.prompt_ms).map(round3),
             server_tpot_ms: o.server_timing.and_then(|t| t.per_token_ms).map(round3),
+            inputs: (!o.kind.generates()).then_some(o.inputs),
         }
     }
 

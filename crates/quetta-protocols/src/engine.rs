@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
-use quetta_engine::{Engine, EngineError, EngineRequest, EventStream};
+use quetta_engine::{Engine, EngineError, EngineRequest, EventStream, RequestKind};
 use quetta_http::{BodyDecoder, BuildError, StatusErrorFn, StreamOptions, Transport};
 use quetta_openai::{join_url, OpenAiConfig};
 use serde_json::{Map, Value};
@@ -69,6 +69,10 @@ pub trait Wire: Send + Sync + fmt::Debug + 'static {
     /// Whether the protocol can stream an answer at all (embeddings cannot).
     fn streams(&self) -> bool {
         true
+    }
+    /// What its requests ask of the server.
+    fn kind(&self) -> RequestKind {
+        RequestKind::Generate
     }
 }
 
@@ -197,6 +201,10 @@ impl HttpEngine {
 impl Engine for HttpEngine {
     fn name(&self) -> &str {
         self.wire.name()
+    }
+
+    fn kind(&self) -> RequestKind {
+        self.wire.kind()
     }
 
     fn send(&self, request: EngineRequest) -> EventStream {

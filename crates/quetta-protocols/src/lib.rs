@@ -8,7 +8,8 @@
 //! request is addressed and written, how its answer is decoded) run by [`HttpEngine`]:
 //! - server-sent events: OpenAI Responses ([`responses`]), Anthropic Messages
 //!   ([`anthropic`]), the engines' own generate APIs ([`native`]: llama.cpp, TGI, SGLang,
-//!   Triton/TensorRT-LLM).
+//!   Triton/TensorRT-LLM);
+//! - plain JSON: embeddings, pooling, rerank and score ([`pooling`]).
 //!
 //! Adding a protocol is a [`Wire`] (its body and its decoder), its simulator side in
 //! `quetta-sim`, and one entry in [`Protocol`]'s table: nothing in the runner or the
@@ -19,6 +20,7 @@ pub mod anthropic;
 mod common;
 mod engine;
 pub mod native;
+pub mod pooling;
 pub mod responses;
 
 use std::sync::Arc;
@@ -57,6 +59,20 @@ pub enum Protocol {
     Sglang,
     /// Triton's generate extension (TensorRT-LLM): `/v2/models/{model}/generate_stream`.
     TensorRtLlm,
+    /// OpenAI embeddings (`/v1/embeddings`).
+    Embeddings,
+    /// vLLM's chat form of embeddings (`/v1/embeddings` with `messages`).
+    ChatEmbeddings,
+    /// Infinity's embeddings (`/embeddings`).
+    InfinityEmbeddings,
+    /// vLLM's `/pooling`.
+    Pooling,
+    /// Rerank, the Cohere/Jina shape vLLM and llama.cpp serve (`/v1/rerank`).
+    Rerank,
+    /// Hugging Face TEI's rerank (`/rerank`, `texts`).
+    TeiRerank,
+    /// vLLM's `/score`.
+    Score,
 }
 
 /// One row of the registry.
@@ -150,6 +166,69 @@ const TABLE: &[ProtocolInfo] = &[
         path: "/v2/models/{model}/generate_stream",
         about: "Triton's generate extension with TensorRT-LLM's ensemble inputs",
     },
+    ProtocolInfo {
+        protocol: Protocol::Embeddings,
+        name: "openai-embeddings",
+        endpoint: "embeddings",
+        aliases: &["nim_embeddings"],
+        kind: RequestKind::Embed,
+        path: "/v1/embeddings",
+        about: "OpenAI embeddings (vLLM, llama.cpp, TEI, OpenAI); a batch of inputs per request",
+    },
+    ProtocolInfo {
+        protocol: Protocol::ChatEmbeddings,
+        name: "openai-embeddings-chat",
+        endpoint: "chat_embeddings",
+        aliases: &["openai-embeddings-clip", "openai-embeddings-vlm2vec"],
+        kind: RequestKind::Embed,
+        path: "/v1/embeddings",
+        about: "vLLM's chat embeddings: messages with text and images",
+    },
+    ProtocolInfo {
+        protocol: Protocol::InfinityEmbeddings,
+        name: "infinity-embeddings",
+        endpoint: "infinity_embeddings",
+        aliases: &["infinity-embeddings-clip"],
+        kind: RequestKind::Embed,
+        path: "/embeddings",
+        about: "Infinity's embeddings",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Pooling,
+        name: "vllm-pooling",
+        endpoint: "pooling",
+        aliases: &[],
+        kind: RequestKind::Embed,
+        path: "/pooling",
+        about: "vLLM's /pooling",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Rerank,
+        name: "vllm-rerank",
+        endpoint: "rankings",
+        aliases: &["rerank", "cohere_rankings"],
+        kind: RequestKind::Rank,
+        path: "/v1/rerank",
+        about: "rerank, the Cohere/Jina shape (vLLM, llama.cpp): a query and documents",
+    },
+    ProtocolInfo {
+        protocol: Protocol::TeiRerank,
+        name: "tei-rerank",
+        endpoint: "hf_tei_rankings",
+        aliases: &[],
+        kind: RequestKind::Rank,
+        path: "/rerank",
+        about: "Hugging Face TEI's rerank (query and texts)",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Score,
+        name: "vllm-score",
+        endpoint: "score",
+        aliases: &[],
+        kind: RequestKind::Rank,
+        path: "/score",
+        about: "vLLM's /score (text_1 against text_2)",
+    },
 ];
 
 impl Protocol {
@@ -204,13 +283,31 @@ impl Protocol {
     /// Whether the protocol's servers list their models at `GET /v1/models` (OpenAI's
     /// protocols do; the engines' native ones need the model named, or have one).
     pub fn lists_models(self) -> bool {
-        matches!(self, Self::Chat | Self::Completions | Self::Responses)
+        !matches!(
+            self,
+            Self::Messages
+                | Self::LlamaCpp
+                | Self::Tgi
+                | Self::Sglang
+                | Self::TensorRtLlm
+                | Self::TeiRerank
+        )
     }
 
     /// Whether the protocol's prompts are conversations (else text: a conversation is sent
     /// as its messages joined).
     pub fn takes_messages(self) -> bool {
-        matches!(self, Self::Chat | Self::Responses | Self::Messages)
+        matches!(self, Self::Chat | Self::Responses | Self::Messages | Self::ChatEmbeddings)
+    }
+
+    /// Whether a request carries several inputs: a batch of texts to embed, documents to
+    /// rank (the chat form of embeddings takes one conversation).
+    pub fn takes_batches(self) -> bool {
+        match self.kind() {
+            RequestKind::Rank => true,
+            RequestKind::Embed => self != Self::ChatEmbeddings,
+            _ => false,
+        }
     }
 
     /// The model named when none is given, for protocols whose servers do not list theirs
@@ -218,7 +315,7 @@ impl Protocol {
     pub fn default_model(self) -> Option<&'static str> {
         match self {
             Self::TensorRtLlm => Some("ensemble"),
-            Self::LlamaCpp | Self::Tgi | Self::Sglang => Some("default"),
+            Self::LlamaCpp | Self::Tgi | Self::Sglang | Self::TeiRerank => Some("default"),
             _ => None,
         }
     }
@@ -226,12 +323,12 @@ impl Protocol {
     /// Whether the protocol can be told to generate exactly the requested length
     /// (`ignore_eos` or a minimum length); TGI cannot.
     pub fn forces_lengths(self) -> bool {
-        !matches!(self, Self::Tgi)
+        !matches!(self, Self::Tgi) && self.kind() == RequestKind::Generate
     }
 
     /// The protocol's [`Wire`] (`None` for OpenAI's chat and completions, which
     /// `quetta-openai`'s engine speaks).
-    pub fn wire(self, opts: &Options) -> Option<Box<dyn Wire>> {
+    pub fn wire(self, opts: Options) -> Option<Box<dyn Wire>> {
         Some(match self {
             Self::Chat | Self::Completions => return None,
             Self::Responses if opts.chain_responses => Box::new(responses::Responses::chained()),
@@ -241,8 +338,30 @@ impl Protocol {
             Self::Tgi => Box::new(native::Tgi),
             Self::Sglang => Box::new(native::Sglang),
             Self::TensorRtLlm => Box::new(native::TritonGenerate),
+            Self::Embeddings => Box::new(pooling::Embed::OPENAI),
+            Self::ChatEmbeddings => Box::new(pooling::Embed::CHAT),
+            Self::InfinityEmbeddings => Box::new(pooling::Embed::INFINITY),
+            Self::Pooling => Box::new(pooling::Embed::POOLING),
+            Self::Rerank => Box::new(pooling::Rank::RERANK),
+            Self::TeiRerank => Box::new(pooling::Rank::TEI),
+            Self::Score => Box::new(pooling::Rank::SCORE),
         })
     }
+}
+
+/// The protocols, a line each: name, what it measures, path, the other names it takes.
+pub fn listing() -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<24}{:<11}{:<36}also named", "protocol", "measures", "path");
+    for i in TABLE {
+        let mut names = vec![i.endpoint];
+        names.extend(i.aliases);
+        let _ =
+            writeln!(s, "{:<24}{:<11}{:<36}{}", i.name, i.kind.as_str(), i.path, names.join(", "));
+        let _ = writeln!(s, "{:<24}{}", "", i.about);
+    }
+    s
 }
 
 fn strip_v1(p: &str) -> &str {
@@ -268,7 +387,7 @@ pub struct Options {
 pub fn engine(
     protocol: Protocol,
     mut cfg: OpenAiConfig,
-    opts: &Options,
+    opts: Options,
 ) -> Result<Arc<dyn Engine>, BuildError> {
     match protocol.wire(opts) {
         Some(w) => Ok(Arc::new(HttpEngine::new(cfg, w)?)),

@@ -236,6 +236,12 @@ pub struct VllmResult {
     /// `--metric-percentiles` (`--percentiles`).
     #[serde(flatten)]
     pub percentiles: std::collections::BTreeMap<String, Option<f64>>,
+    /// Embeddings and rankings (vLLM's pooling backends): the inputs of the completed
+    /// requests, and inputs per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_input_sequences: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_sequence_throughput: Option<f64>,
 }
 
 impl VllmResult {
@@ -571,7 +577,7 @@ fn vllm_head(s: &Summary, n: usize, (peak, tokens_per_s): (u64, f64)) -> VllmRes
             .replace('T', "-")
             .trim_end_matches('Z')
             .to_owned(),
-        backend: vllm_backend(c).into(),
+        backend: vllm_backend(s).into(),
         model_id: s.target.model.clone(),
         tokenizer_id: c.tokenizer.clone(),
         num_prompts: n,
@@ -611,7 +617,7 @@ fn vllm_head(s: &Summary, n: usize, (peak, tokens_per_s): (u64, f64)) -> VllmRes
         median_e2el_ms,
         std_e2el_ms,
         p99_e2el_ms,
-        endpoint_type: vllm_backend(c).into(),
+        endpoint_type: vllm_backend(s).into(),
         label: c.label.clone(),
         latencies: Vec::new(),
         queue_times: Vec::new(),
@@ -620,14 +626,17 @@ fn vllm_head(s: &Summary, n: usize, (peak, tokens_per_s): (u64, f64)) -> VllmRes
         max_output_tokens_per_s: tokens_per_s,
         rtfx: 0.0,
         percentiles: vllm_percentiles(m),
+        total_input_sequences: (!s.target.kind.generates()).then_some(m.total_inputs),
+        input_sequence_throughput: (!s.target.kind.generates()).then_some(m.input_throughput),
     }
 }
 
-/// vLLM's name of the API a run called.
-fn vllm_backend(c: &crate::RunSettings) -> &'static str {
-    if c.endpoint == "completions" {
-        "openai"
-    } else {
-        "openai-chat"
+/// vLLM's name of the backend a run used: OpenAI's chat or completions API, or the
+/// protocol's own name (`openai-responses`, `openai-embeddings`, ... are vLLM's names).
+fn vllm_backend(s: &Summary) -> &str {
+    match s.config.endpoint.as_str() {
+        "completions" => "openai",
+        "chat" => "openai-chat",
+        _ => &s.target.backend,
     }
 }

@@ -116,6 +116,10 @@ pub struct Target {
     /// not measured: no client ran, so it has no client or connection figures.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub predicted: bool,
+    /// What the run's requests asked of the server (absent: generation), which decides the
+    /// metrics that apply (docs/METRICS.md, Protocols).
+    #[serde(default, skip_serializing_if = "RequestKind::is_generate")]
+    pub kind: RequestKind,
 }
 
 /// The backend named by a run predicted on a twin's virtual clock (`Target::predicted`).
@@ -136,11 +140,12 @@ impl Target {
             model: "unknown".into(),
             embedded_simulator: false,
             predicted: false,
+            kind: RequestKind::Generate,
         }
     }
 }
 
-pub use quetta_metrics::{ClientStats, Host};
+pub use quetta_metrics::{ClientStats, Host, RequestKind};
 
 /// `summary.json`: its run-level numbers (`completed`, `ttft_ms`, ...) are [`MetricsSummary`]'s,
 /// read through `Deref` as the file flattens them.
@@ -382,25 +387,73 @@ fn cell(v: Option<f64>) -> String {
 pub(crate) fn latency_rows(sum: &Summary) -> Vec<(&'static str, &Stats)> {
     let m = &sum.metrics;
     let co = &m.client_overhead;
+    let per_input = m.per_input_ms.as_ref();
     let measured = [
-        ("TTFT", &m.ttft_ms),
-        ("TTFO (first answer token)", &m.ttfo_ms),
-        ("TPOT", &m.tpot_ms),
-        ("ITL (pooled)", &m.itl_ms),
-        ("ITL (per-request mean)", &m.itl_request_mean_ms),
-        ("E2E", &m.e2e_ms),
-        ("TTFT from intended send", &m.ttft_from_intended_ms),
-        ("E2E from intended send", &m.e2e_from_intended_ms),
+        ("TTFT", Some(&m.ttft_ms)),
+        ("TTFO (first answer token)", Some(&m.ttfo_ms)),
+        ("TPOT", Some(&m.tpot_ms)),
+        ("ITL (pooled)", Some(&m.itl_ms)),
+        ("ITL (per-request mean)", Some(&m.itl_request_mean_ms)),
+        ("E2E", Some(&m.e2e_ms)),
+        ("E2E per input", per_input),
+        ("TTFT from intended send", Some(&m.ttft_from_intended_ms)),
+        ("E2E from intended send", Some(&m.e2e_from_intended_ms)),
     ];
     let client = [
-        ("Queue (slot + connection)", &m.queue_ms),
-        ("Schedule lag (client)", &m.schedule_lag_ms),
-        ("Read lag (client)", &co.read_lag_ms),
-        ("Turnaround (client)", &co.turnaround_ms),
-        ("Release (client)", &co.release_ms),
+        ("Queue (slot + connection)", Some(&m.queue_ms)),
+        ("Schedule lag (client)", Some(&m.schedule_lag_ms)),
+        ("Read lag (client)", Some(&co.read_lag_ms)),
+        ("Turnaround (client)", Some(&co.turnaround_ms)),
+        ("Release (client)", Some(&co.release_ms)),
     ];
     let client = if sum.target.is_predicted() { &client[..0] } else { &client[..] };
-    measured.iter().chain(client).filter(|(_, st)| st.count > 0).copied().collect()
+    measured
+        .iter()
+        .chain(client)
+        .filter_map(|(name, st)| st.filter(|st| st.count > 0).map(|st| (*name, st)))
+        .collect()
+}
+
+/// The throughput and token lines: of generation, or (embeddings, rankings) of inputs.
+fn throughput_lines(sum: &Summary) -> String {
+    let m = &sum.metrics;
+    let mut s = String::new();
+    let cached = if m.total_cached_tokens > 0 {
+        format!(", {} cached", m.total_cached_tokens)
+    } else {
+        String::new()
+    };
+    if !sum.target.kind.generates() {
+        let _ = writeln!(
+            s,
+            "throughput {:.2} req/s ({:.1} req/min), {:.1} inputs/s, input {:.1} tok/s",
+            m.request_throughput,
+            m.request_throughput * 60.0,
+            m.input_throughput,
+            m.input_token_throughput
+        );
+        let _ = writeln!(
+            s,
+            "tokens     {} in over {} inputs (counts from {}){cached}",
+            m.total_input_tokens, m.total_inputs, m.input_token_source
+        );
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "throughput {:.2} req/s ({:.1} req/min), output {:.1} tok/s, input {:.1} tok/s, total {:.1} tok/s",
+        m.request_throughput,
+        m.request_throughput * 60.0,
+        m.output_token_throughput,
+        m.input_token_throughput,
+        m.total_token_throughput
+    );
+    let _ = writeln!(
+        s,
+        "tokens     {} in, {} out (output counts from {}, input counts from {}){cached}",
+        m.total_input_tokens, m.total_output_tokens, m.token_count_source, m.input_token_source,
+    );
+    s
 }
 
 /// The percentile table of a summary's latency metrics.
@@ -684,28 +737,7 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
         },
         m.duration_s
     );
-    let _ = writeln!(
-        s,
-        "throughput {:.2} req/s ({:.1} req/min), output {:.1} tok/s, input {:.1} tok/s, total {:.1} tok/s",
-        m.request_throughput,
-        m.request_throughput * 60.0,
-        m.output_token_throughput,
-        m.input_token_throughput,
-        m.total_token_throughput
-    );
-    let _ = writeln!(
-        s,
-        "tokens     {} in, {} out (output counts from {}, input counts from {}){}",
-        m.total_input_tokens,
-        m.total_output_tokens,
-        m.token_count_source,
-        m.input_token_source,
-        if m.total_cached_tokens > 0 {
-            format!(", {} cached", m.total_cached_tokens)
-        } else {
-            String::new()
-        }
-    );
+    s.push_str(&throughput_lines(sum));
     if let (Some(req), Some(ach)) = (sum.requested_rate, sum.achieved_send_rate) {
         let _ =
             writeln!(s, "rate       requested {req:.2} req/s, achieved send rate {ach:.2} req/s");

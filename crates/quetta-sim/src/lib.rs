@@ -29,6 +29,7 @@ pub mod engine;
 pub mod faults;
 mod metrics;
 pub mod model;
+mod pooling;
 mod precise;
 pub mod providers;
 mod server;
@@ -121,6 +122,8 @@ pub struct SimConfig {
     pub server_model: Option<model::ServerModel>,
     /// How prompt text is counted in tokens (default: whitespace-separated words).
     pub token_counter: Option<TokenCounter>,
+    /// Numbers per embedding (and per pooled output) the simulator answers with.
+    pub embedding_dim: usize,
     /// The API key every generation request must carry, where its protocol carries it
     /// (`Authorization: Bearer`; Anthropic's `x-api-key`); `None` takes any request.
     pub api_key: Option<String>,
@@ -161,6 +164,7 @@ impl Default for SimConfig {
             response_headers: Vec::new(),
             server_model: None,
             token_counter: None,
+            embedding_dim: 384,
             api_key: None,
         }
     }

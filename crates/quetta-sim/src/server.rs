@@ -22,7 +22,7 @@ use crate::dialect::{self, Dialect, Refusal, Route};
 use crate::faults::Fault;
 use crate::{OutputLen, Rng, Shared, SimRecord, WORDS};
 
-type Body = Either<Full<Bytes>, SimStream>;
+pub(crate) type Body = Either<Full<Bytes>, SimStream>;
 
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
@@ -70,13 +70,40 @@ pub(crate) async fn accept_loop<F, Fut, B>(
 
 /// The receive record of the connection a request came on.
 #[derive(Clone)]
-struct ConnStamps(Arc<Stamps>);
+pub(crate) struct ConnStamps(Arc<Stamps>);
+
+/// A request's HTTP version and its connection's receive record (for [`request_arrival`]).
+pub(crate) fn conn_of(req: &Request<Incoming>) -> (http::Version, Option<ConnStamps>) {
+    (req.version(), req.extensions().get::<ConnStamps>().cloned())
+}
+
+/// A request's record as it starts: its order, the client's ids, the path.
+pub(crate) fn new_record(seq: u64, req: &Request<Incoming>, handled: Instant) -> SimRecord {
+    SimRecord {
+        seq,
+        request_id: header_str(req, "x-quetta-request-id").and_then(|s| s.parse().ok()),
+        session_id: header_str(req, "x-session-id"),
+        endpoint: req.uri().path().to_owned(),
+        stream: false,
+        status: 200,
+        prompt_tokens: 0,
+        cached_tokens: 0,
+        completion_tokens: 0,
+        arrival: handled,
+        headers_sent: handled,
+        chunks: Vec::new(),
+        chunk_tokens: Vec::new(),
+        end: handled,
+        text: String::new(),
+        error: None,
+    }
+}
 
 /// When a request's bytes arrived: over HTTP/1.1 (one request at a time on a connection),
 /// the arrival of the connection's last read so far, that is of the request's last byte once
 /// its body has been read; `fallback` (when the handler started) over HTTP/2 or without a
 /// record. Never later than now.
-fn request_arrival(
+pub(crate) fn request_arrival(
     version: http::Version,
     conn: Option<&ConnStamps>,
     fallback: Instant,
@@ -85,7 +112,11 @@ fn request_arrival(
     kernel.map_or(fallback, |a| a.min(Instant::now()))
 }
 
-fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+pub(crate) fn full(
+    status: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut r = Response::new(Either::Left(Full::new(body.into())));
     *r.status_mut() = status;
     r.headers_mut()
@@ -113,6 +144,10 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
         (Method::POST, "/reset_prefix_cache" | "/flush_cache") => {
             sh.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
             Ok(full(StatusCode::OK, "text/plain", "ok"))
+        }
+        (Method::POST, p) if crate::pooling::route(p).is_some() => {
+            let pool = crate::pooling::route(p).expect("a pooling route");
+            crate::pooling::handle(req, sh, pool, arrival).await
         }
         (Method::POST, p) => match dialect::route(p, &sh.cfg.model) {
             Some(Ok(route)) => generate(req, sh, arrival, route).await,
@@ -223,7 +258,7 @@ fn header_str(req: &Request<Incoming>, name: &str) -> Option<String> {
 
 /// A request the simulator cannot take: recorded with its reason, answered in the
 /// protocol's own error shape.
-fn refuse(sh: &Shared, mut rec: SimRecord, d: Dialect, r: &Refusal) -> Response<Body> {
+pub(crate) fn refuse(sh: &Shared, mut rec: SimRecord, d: Dialect, r: &Refusal) -> Response<Body> {
     rec.status = r.status.as_u16();
     rec.error = Some(r.message.clone());
     rec.end = Instant::now();
@@ -295,8 +330,7 @@ async fn read_request(
     rec: &mut SimRecord,
     handled: Instant,
 ) -> Result<(Value, Dialect), Response<Body>> {
-    let stamps = req.extensions().get::<ConnStamps>().cloned();
-    let version = req.version();
+    let (version, stamps) = conn_of(&req);
     let header_check = route.dialect.check_headers(req.headers(), sh.cfg.api_key.as_deref());
     let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
         Ok(b) => b.to_bytes(),
@@ -351,27 +385,8 @@ async fn generate(
 ) -> Result<Response<Body>, std::io::Error> {
     let seq = sh.seq.fetch_add(1, Ordering::Relaxed);
     sh.metrics.on_start();
-    let request_id = header_str(&req, "x-quetta-request-id").and_then(|s| s.parse().ok());
-    let mut session_id = header_str(&req, "x-session-id");
-    let endpoint = req.uri().path().to_owned();
-    let mut rec = SimRecord {
-        seq,
-        request_id,
-        session_id: session_id.clone(),
-        endpoint,
-        stream: false,
-        status: 200,
-        prompt_tokens: 0,
-        cached_tokens: 0,
-        completion_tokens: 0,
-        arrival: handled,
-        headers_sent: handled,
-        chunks: Vec::new(),
-        chunk_tokens: Vec::new(),
-        end: handled,
-        text: String::new(),
-        error: None,
-    };
+    let mut rec = new_record(seq, &req, handled);
+    let mut session_id = rec.session_id.clone();
     let (v, d) = match read_request(req, &sh, route, &mut rec, handled).await {
         Ok(x) => x,
         Err(answer) => return Ok(answer),

@@ -5,23 +5,46 @@
 /// (`scripts/llama-server-start.sh`).
 pub const LLAMA_URL_VAR: &str = "QUETTA_LLAMA_URL";
 
+/// The variable `.ci/run` sets to the URL of the same server in embeddings mode
+/// (`scripts/llama-server-start.sh PORT "" 2 mean`: `/v1/embeddings`).
+pub const LLAMA_EMBED_URL_VAR: &str = "QUETTA_LLAMA_EMBED_URL";
+
+/// The variable `.ci/run` sets to the URL of the same server in rank pooling
+/// (`scripts/llama-server-start.sh PORT "" 2 rank`: `/v1/rerank`).
+pub const LLAMA_RERANK_URL_VAR: &str = "QUETTA_LLAMA_RERANK_URL";
+
 /// The real llama.cpp server's URL (`QUETTA_LLAMA_URL`). Outside CI a missing server skips
 /// the test, saying so on stderr; under CI (`CI` set) it is a failure, so a CI run cannot
 /// pass without the tests against the real server.
 pub fn llama_url() -> Option<String> {
-    llama_url_from(std::env::var(LLAMA_URL_VAR).ok(), std::env::var_os("CI").is_some())
+    llama_url_from(
+        LLAMA_URL_VAR,
+        std::env::var(LLAMA_URL_VAR).ok(),
+        std::env::var_os("CI").is_some(),
+    )
 }
 
-fn llama_url_from(url: Option<String>, ci: bool) -> Option<String> {
+/// The real llama.cpp server in embeddings mode (`QUETTA_LLAMA_EMBED_URL`), as [`llama_url`].
+pub fn llama_embed_url() -> Option<String> {
+    let var = LLAMA_EMBED_URL_VAR;
+    llama_url_from(var, std::env::var(var).ok(), std::env::var_os("CI").is_some())
+}
+
+/// The real llama.cpp server in rank pooling (`QUETTA_LLAMA_RERANK_URL`), as [`llama_url`].
+pub fn llama_rerank_url() -> Option<String> {
+    let var = LLAMA_RERANK_URL_VAR;
+    llama_url_from(var, std::env::var(var).ok(), std::env::var_os("CI").is_some())
+}
+
+fn llama_url_from(var: &str, url: Option<String>, ci: bool) -> Option<String> {
     match url {
         Some(u) if !u.is_empty() => Some(u),
         _ => {
             assert!(
                 !ci,
-                "CI must start the llama.cpp server (scripts/llama-server-start.sh) and set \
-                 {LLAMA_URL_VAR}"
+                "CI must start the llama.cpp server (scripts/llama-server-start.sh) and set {var}"
             );
-            eprintln!("SKIPPED: {LLAMA_URL_VAR} is not set (start scripts/llama-server-start.sh)");
+            eprintln!("SKIPPED: {var} is not set (start scripts/llama-server-start.sh)");
             None
         }
     }
@@ -73,7 +96,7 @@ pub fn lower_thread_priority(nice: i32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{llama_cpu_from, llama_url_from};
+    use super::{llama_cpu_from, llama_url_from, LLAMA_URL_VAR};
 
     #[test]
     fn the_server_cpu_is_the_last_of_two_or_more_unless_set() {
@@ -88,16 +111,16 @@ mod tests {
     #[test]
     fn a_set_url_is_used_and_a_missing_one_skips_outside_ci() {
         assert_eq!(
-            llama_url_from(Some("http://127.0.0.1:8089".into()), true).as_deref(),
+            llama_url_from(LLAMA_URL_VAR, Some("http://127.0.0.1:8089".into()), true).as_deref(),
             Some("http://127.0.0.1:8089")
         );
-        assert_eq!(llama_url_from(Some(String::new()), false), None);
-        assert_eq!(llama_url_from(None, false), None);
+        assert_eq!(llama_url_from(LLAMA_URL_VAR, Some(String::new()), false), None);
+        assert_eq!(llama_url_from(LLAMA_URL_VAR, None, false), None);
     }
 
     #[test]
     #[should_panic(expected = "CI must start the llama.cpp server")]
     fn a_missing_url_fails_under_ci() {
-        let _ = llama_url_from(None, true);
+        let _ = llama_url_from(LLAMA_URL_VAR, None, true);
     }
 }

@@ -157,6 +157,12 @@ pub struct WorkloadSpec {
     pub block_size: u32,
     /// Seed of the prompts (and of the lengths drawn).
     pub seed: u64,
+    /// What the requests ask of the server: generation sends one prompt a request; an
+    /// embedding sends `inputs_per_request` prompts as one batch, a ranking one prompt as
+    /// the query and `inputs_per_request` after it as the documents ([`crate::batch`]).
+    pub kind: quetta_engine::RequestKind,
+    /// Inputs per request of an embedding or a ranking (vLLM's `--random-batch-size`).
+    pub inputs_per_request: u32,
 }
 
 impl Default for WorkloadSpec {
@@ -180,6 +186,8 @@ impl Default for WorkloadSpec {
             replay_speed: 1.0,
             block_size: 512,
             seed: 0,
+            kind: quetta_engine::RequestKind::Generate,
+            inputs_per_request: 1,
         }
     }
 }
@@ -389,7 +397,13 @@ impl WorkloadSpec {
             return Ok(built);
         }
         let w = spec.requests_of(tokenizer, &mut built)?;
-        built.work = BuiltWork::Requests(spec.with_images(w, &mut built.notes)?);
+        let w = spec.with_images(w, &mut built.notes)?;
+        built.work = BuiltWork::Requests(
+            match crate::batch::Batched::new(w, spec.kind, spec.inputs_per_request) {
+                Ok(b) => Box::new(b),
+                Err(w) => w,
+            },
+        );
         Ok(built)
     }
 
@@ -475,6 +489,21 @@ impl WorkloadSpec {
     fn check(&self) -> Result<(), WorkloadError> {
         let bad = |name, reason: &str| Err(WorkloadError::Invalid { name, reason: reason.into() });
         let multiturn = self.multiturn();
+        if self.inputs_per_request == 0 {
+            return bad("inputs per request", "a request carries at least one input");
+        }
+        if multiturn && !self.kind.generates() {
+            return bad(
+                "sessions",
+                "embeddings and rankings are single requests, not conversations",
+            );
+        }
+        if self.inputs_per_request > 1 && self.kind.generates() {
+            return bad(
+                "inputs per request",
+                "a generation request carries one prompt: batches are for embeddings and rankings",
+            );
+        }
         if self.stress && !matches!(self.source, Source::Synthetic) {
             return bad("stress mode", "it builds its own unique random-token prompts: drop --sessions, --trace, --dataset, --workload and multi-turn or trace profiles");
         }

@@ -285,6 +285,7 @@ impl Benchmark {
         crate::hub::ensure_tokenizer(self.workload.tokenizer.as_deref()).await?;
         let mut spec = self.workload.clone();
         spec.seed = self.seed;
+        spec.kind = self.target.request_kind();
         let limits = Limits {
             requests: self.requests,
             sessions: self.sessions.count,
@@ -351,6 +352,13 @@ impl Benchmark {
 
     /// Combinations of workload, load and target that would measure something else.
     fn check(&self, built: &Built, load: &Load) -> Result<()> {
+        let p = self.target.protocol;
+        if self.workload.inputs_per_request > 1 && !p.takes_batches() {
+            return Err(Error::config(format!(
+                "the {p} protocol sends one input a request: it takes no batch of {}",
+                self.workload.inputs_per_request
+            )));
+        }
         if built.is_sessions() && self.requests.is_some_and(|n| n == 0) {
             return Err(Error::config("the number of requests must be at least 1"));
         }

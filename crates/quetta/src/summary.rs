@@ -43,6 +43,7 @@ pub(crate) fn predicted_target(b: &Benchmark, model: &quetta_sim::model::ServerM
         model: b.target.model.clone().unwrap_or_else(|| model.model.clone()),
         embedded_simulator: false,
         predicted: true,
+        kind: b.target.protocol.kind(),
     }
 }
 
@@ -189,6 +190,7 @@ pub(crate) fn target(b: &Benchmark, c: &Connected) -> Target {
         model: c.model.clone(),
         embedded_simulator: c.embedded_simulator || b.target.is_simulator(),
         predicted: false,
+        kind: c.engine.kind(),
     }
 }
 
@@ -223,10 +225,12 @@ fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
             });
         }
     }
-    if m.token_count_source == "chunks" || m.token_count_source == "mixed" {
+    // (an embedding or a ranking generates nothing: no output count, no stream to miss)
+    let generates = b.target.request_kind().generates();
+    if generates && (m.token_count_source == "chunks" || m.token_count_source == "mixed") {
         notes.push("output token counts come (at least partly) from counting chunks: the server reported no usage".into());
     }
-    if m.ttft_equals_e2e_for_non_streamed > 0 {
+    if generates && m.ttft_equals_e2e_for_non_streamed > 0 {
         notes.push(format!(
             "{} requests were not streamed: their TTFT equals their E2E and they have no ITL",
             m.ttft_equals_e2e_for_non_streamed

@@ -262,6 +262,16 @@ impl Target {
         }
     }
 
+    /// What the target's requests ask of the server (its protocol's kind; an engine of the
+    /// embedder's own says).
+    pub fn request_kind(&self) -> quetta_engine::RequestKind {
+        match &self.kind {
+            TargetKind::Engine(e) => e.kind(),
+            TargetKind::Http { .. } | TargetKind::Simulator(_) => self.protocol.kind(),
+            _ => quetta_engine::RequestKind::Generate,
+        }
+    }
+
     /// Whether the target is the embedded simulator.
     pub fn is_simulator(&self) -> bool {
         matches!(self.kind, TargetKind::Simulator(_))
@@ -313,6 +323,10 @@ impl Target {
                 // a twin's timing is its model's (its own note says whose)
                 c.notes.push(match &cfg.server_model {
                     Some(_) => "target is Quetta's embedded simulator serving a twin, not a real server; client CPU figures include it".into(),
+                    None if !self.protocol.kind().generates() => format!(
+                        "target is Quetta's embedded simulator (answering after {} ms), not a real server; client CPU figures include it",
+                        cfg.ttft.as_secs_f64() * 1e3
+                    ),
                     None => format!(
                         "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
                         cfg.ttft.as_secs_f64() * 1e3,
@@ -444,7 +458,7 @@ impl Target {
                     .map_err(|e| Error::config(e.to_string()))?,
             )
         } else {
-            quetta_protocols::engine(self.protocol, cfg, &self.protocol_options)
+            quetta_protocols::engine(self.protocol, cfg, self.protocol_options)
                 .map_err(|e| Error::config(e.to_string()))?
         };
         if self.preflight && !embedded {
@@ -630,13 +644,16 @@ async fn preflight_request(
     protocol: Protocol,
     headers: &[(String, String)],
 ) -> Result<()> {
-    let prompt = if protocol.takes_messages() {
+    let prompt = if protocol.kind() == quetta_engine::RequestKind::Rank {
+        Prompt::Rank { query: "Hi".into(), documents: vec!["Hi".into()] }
+    } else if protocol.takes_messages() {
         Prompt::Chat(vec![Message::text("user", "Hi")])
     } else {
         Prompt::Text("Hi".into())
     };
     let mut req = EngineRequest::new(u64::MAX, prompt);
-    req.max_tokens = Some(1);
+    // (OpenAI's Responses API refuses fewer than 16 output tokens)
+    req.max_tokens = Some(if protocol == Protocol::Responses { 16 } else { 1 });
     req.params = Arc::new(RequestParams { extra_headers: headers.to_vec(), ..Default::default() });
     let now = std::time::Instant::now();
     let run = quetta_loadgen::execute(engine, req, 1, now, now, now);

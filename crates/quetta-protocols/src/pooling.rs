@@ -1,0 +1,329 @@
+//! Embeddings, pooling, rerank and score: plain JSON over HTTP, one answer per request,
+//! never streamed. What they measure is the request's latency, and per input (a batch's
+//! texts, a ranking's documents) the latency divided among them; the inputs and input
+//! tokens per second; input tokens from the answer's `usage` where it has one
+//! (docs/METRICS.md, Protocols).
+//!
+//! - OpenAI embeddings (`/v1/embeddings`; Infinity's `/embeddings`): `input` is a text, a
+//!   list of texts, or token ids; the answer's `data` holds one embedding per input;
+//! - chat embeddings (vLLM: `/v1/embeddings` with `messages`, text and images);
+//! - vLLM's `/pooling` (`data[].data`);
+//! - rerank (`/v1/rerank`, the Cohere/Jina shape vLLM and llama.cpp serve): `query` and
+//!   `documents`, `results` with one score per document; Hugging Face TEI's `/rerank`
+//!   (`texts`, an array of scores);
+//! - vLLM's `/score` (`text_1` the query, `text_2` the documents; `data` with one score per
+//!   document).
+//!
+//! An answer with another number of results than inputs is refused: the server did not do
+//! what was measured.
+
+use quetta_engine::{
+    EngineError, EngineRequest, EventKind, MessageContent, Prompt, RequestKind, Usage,
+};
+use quetta_http::{BodyDecoder, EventDecoder, SseBody};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::common::{bad_json, cannot_send, error_words, is_error, prompt_messages};
+use crate::engine::{BodyContext, Wire};
+
+/// Where an answer keeps its results, one per input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Results {
+    /// `data`: embeddings, pooled outputs, scores.
+    Data,
+    /// `results`: the Cohere/Jina rerank shape.
+    Ranked,
+    /// The answer is the array itself (TEI's rerank).
+    Array,
+}
+
+/// An embeddings or pooling protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct Embed {
+    name: &'static str,
+    path: &'static str,
+    /// Chat messages (`messages`) instead of `input`.
+    chat: bool,
+}
+
+impl Embed {
+    /// OpenAI's `/v1/embeddings`.
+    pub const OPENAI: Embed =
+        Embed { name: "openai-embeddings", path: "/v1/embeddings", chat: false };
+    /// vLLM's chat form of `/v1/embeddings` (messages, with images).
+    pub const CHAT: Embed =
+        Embed { name: "openai-embeddings-chat", path: "/v1/embeddings", chat: true };
+    /// Infinity's `/embeddings`.
+    pub const INFINITY: Embed =
+        Embed { name: "infinity-embeddings", path: "/embeddings", chat: false };
+    /// vLLM's `/pooling`.
+    pub const POOLING: Embed = Embed { name: "vllm-pooling", path: "/pooling", chat: false };
+}
+
+fn chat_content(c: &MessageContent) -> Value {
+    match c {
+        MessageContent::Text(t) => Value::String(t.clone()),
+        MessageContent::Parts(parts) => serde_json::to_value(parts).unwrap_or(Value::Null),
+        _ => Value::Null,
+    }
+}
+
+impl Wire for Embed {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn path(&self, _model: &str, _stream: bool) -> String {
+        self.path.into()
+    }
+
+    fn streams(&self) -> bool {
+        false
+    }
+
+    fn kind(&self) -> RequestKind {
+        RequestKind::Embed
+    }
+
+    fn body(
+        &self,
+        ctx: &BodyContext<'_>,
+        req: &EngineRequest,
+    ) -> Result<Map<String, Value>, EngineError> {
+        let mut b = Map::new();
+        b.insert("model".into(), json!(ctx.model));
+        if self.chat {
+            let msgs = prompt_messages(&req.prompt, self.name)?;
+            let msgs: Vec<Value> = msgs
+                .iter()
+                .map(|m| json!({"role": m.role, "content": chat_content(&m.content)}))
+                .collect();
+            b.insert("messages".into(), Value::Array(msgs));
+        } else {
+            let input = match &req.prompt {
+                Prompt::Text(t) => json!(t),
+                Prompt::TokenIds(ids) => json!(ids),
+                Prompt::Inputs(texts) => json!(texts),
+                Prompt::Chat(m) => json!(m
+                    .iter()
+                    .map(quetta_engine::Message::text_content)
+                    .collect::<Vec<_>>()
+                    .join("\n")),
+                other => return Err(cannot_send(self.name, other)),
+            };
+            b.insert("input".into(), input);
+            if self.path != "/pooling" {
+                b.insert("encoding_format".into(), json!("float"));
+            }
+        }
+        if let (Some(sid), Some(f)) = (&req.session_id, ctx.session_body_field) {
+            if self.name == Embed::OPENAI.name {
+                b.insert(f.into(), Value::String(sid.clone()));
+            }
+        }
+        Ok(b)
+    }
+
+    fn decoder(&self, req: &EngineRequest, max_event_bytes: usize) -> Box<dyn BodyDecoder> {
+        let expect = if self.chat { 1 } else { req.prompt.input_count() };
+        Box::new(SseBody::new(max_event_bytes, PooledDecoder::new(Results::Data, expect)))
+    }
+}
+
+/// A rerank or score protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct Rank {
+    name: &'static str,
+    path: &'static str,
+    /// The names of the query's and the documents' fields.
+    fields: (&'static str, &'static str),
+    results: Results,
+}
+
+impl Rank {
+    /// The Cohere/Jina shape vLLM and llama.cpp serve at `/v1/rerank`.
+    pub const RERANK: Rank = Rank {
+        name: "vllm-rerank",
+        path: "/v1/rerank",
+        fields: ("query", "documents"),
+        results: Results::Ranked,
+    };
+    /// Hugging Face TEI's `/rerank`.
+    pub const TEI: Rank = Rank {
+        name: "tei-rerank",
+        path: "/rerank",
+        fields: ("query", "texts"),
+        results: Results::Array,
+    };
+    /// vLLM's `/score`.
+    pub const SCORE: Rank = Rank {
+        name: "vllm-score",
+        path: "/score",
+        fields: ("text_1", "text_2"),
+        results: Results::Data,
+    };
+}
+
+impl Wire for Rank {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn path(&self, _model: &str, _stream: bool) -> String {
+        self.path.into()
+    }
+
+    fn streams(&self) -> bool {
+        false
+    }
+
+    fn kind(&self) -> RequestKind {
+        RequestKind::Rank
+    }
+
+    fn body(
+        &self,
+        ctx: &BodyContext<'_>,
+        req: &EngineRequest,
+    ) -> Result<Map<String, Value>, EngineError> {
+        let Prompt::Rank { query, documents } = &req.prompt else {
+            return Err(cannot_send(self.name, &req.prompt));
+        };
+        let mut b = Map::new();
+        b.insert("model".into(), json!(ctx.model));
+        b.insert(self.fields.0.into(), json!(query));
+        b.insert(self.fields.1.into(), json!(documents));
+        Ok(b)
+    }
+
+    fn decoder(&self, req: &EngineRequest, max_event_bytes: usize) -> Box<dyn BodyDecoder> {
+        let d = PooledDecoder::new(self.results, req.prompt.input_count());
+        Box::new(SseBody::new(max_event_bytes, d))
+    }
+}
+
+#[derive(Deserialize)]
+struct UsageJson {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+/// Reads one whole JSON answer: its results counted against the inputs, its usage.
+#[derive(Debug)]
+pub struct PooledDecoder {
+    results: Results,
+    expect: u32,
+    done: bool,
+}
+
+impl PooledDecoder {
+    fn new(results: Results, expect: u32) -> Self {
+        Self { results, expect, done: false }
+    }
+}
+
+impl EventDecoder for PooledDecoder {
+    fn on_event(
+        &mut self,
+        _event_type: &[u8],
+        _data: &[u8],
+        _out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        Err(EngineError::Protocol("this protocol's answers are not streamed".into()))
+    }
+
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        let v: Value = serde_json::from_slice(body).map_err(|e| bad_json(&e, body))?;
+        if let Some(e) = v.get("error").filter(|e| is_error(e)) {
+            return Err(EngineError::ServerError(error_words(e)));
+        }
+        let items = match self.results {
+            Results::Array => v.as_array(),
+            Results::Data => v.get("data").and_then(Value::as_array),
+            Results::Ranked => v.get("results").and_then(Value::as_array),
+        };
+        let Some(items) = items else {
+            let what = match self.results {
+                Results::Array => "a list of results",
+                Results::Data => "`data`",
+                Results::Ranked => "`results`",
+            };
+            return Err(EngineError::Protocol(format!("the answer has no {what}")));
+        };
+        if items.len() != self.expect as usize {
+            return Err(EngineError::Protocol(format!(
+                "the answer has {} results for {} inputs",
+                items.len(),
+                self.expect
+            )));
+        }
+        if let Some(u) =
+            v.get("usage").and_then(|u| serde_json::from_value::<UsageJson>(u.clone()).ok())
+        {
+            out(EventKind::Usage(Usage::tokens(u.prompt_tokens.or(u.total_tokens), None)));
+        }
+        self.done = true;
+        Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn finish_reason(&self) -> Option<String> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(
+        results: Results,
+        expect: u32,
+        body: &str,
+    ) -> (Vec<EventKind>, Result<(), EngineError>) {
+        let mut d = PooledDecoder::new(results, expect);
+        let mut v = Vec::new();
+        let r = d.decode_full(body.as_bytes(), &mut |k| v.push(k));
+        (v, r)
+    }
+
+    #[test]
+    fn results_are_counted_against_the_inputs() {
+        let (ev, r) = decode(
+            Results::Data,
+            2,
+            r#"{"object":"list","data":[{"embedding":[0.1],"index":0},{"embedding":[0.2],"index":1}],"usage":{"prompt_tokens":9,"total_tokens":9}}"#,
+        );
+        r.unwrap();
+        assert_eq!(ev, vec![EventKind::Usage(Usage::tokens(Some(9), None))]);
+        let (_, r) = decode(Results::Data, 3, r#"{"data":[{"embedding":[0.1]}]}"#);
+        assert_eq!(r, Err(EngineError::Protocol("the answer has 1 results for 3 inputs".into())));
+        let (ev, r) = decode(
+            Results::Ranked,
+            2,
+            r#"{"model":"m","usage":{"total_tokens":30},"results":[{"index":1,"relevance_score":0.9},{"index":0,"relevance_score":0.1}]}"#,
+        );
+        r.unwrap();
+        assert_eq!(ev, vec![EventKind::Usage(Usage::tokens(Some(30), None))]);
+        let (ev, r) =
+            decode(Results::Array, 2, r#"[{"index":0,"score":0.9},{"index":1,"score":0.2}]"#);
+        r.unwrap();
+        assert!(ev.is_empty(), "TEI gives no usage");
+        let (_, r) = decode(
+            Results::Data,
+            1,
+            r#"{"error":{"message":"input is too long","type":"BadRequestError"}}"#,
+        );
+        assert_eq!(r, Err(EngineError::ServerError("BadRequestError: input is too long".into())));
+    }
+}
