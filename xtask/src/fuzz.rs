@@ -284,6 +284,22 @@ pub fn seed(root: &Path) -> Result<usize> {
     )?;
     put("models", "llama", br#"{"models":[{"name":"SmolLM2","model":"SmolLM2"}],"object":"list","data":[{"id":"SmolLM2-135M-Instruct","object":"model","created":1764633600,"owned_by":"llamacpp","meta":{"n_ctx_train":8192,"n_params":134515008}}]}"#)?;
     put("models", "vllm", br#"{"object":"list","data":[{"id":"Qwen/Qwen3-8B","object":"model","created":1764633600,"owned_by":"vllm","root":"Qwen/Qwen3-8B","max_model_len":32768}]}"#)?;
+    // The other protocols' answers, captured from llama.cpp (fixtures/sse/protocols).
+    let proto = fx.join("sse/protocols");
+    let read = |f: &str| std::fs::read(proto.join(f));
+    put("responses", "llama-stream", &[&[6u8][..], &read("responses.sse")?].concat())?;
+    put("responses", "llama-whole", &[&[0u8][..], &read("responses-whole.json")?].concat())?;
+    put("messages", "llama-stream", &[&[5u8][..], &read("messages.sse")?].concat())?;
+    put("messages", "llama-no-start", &[&[2u8][..], &read("messages-no-start.sse")?].concat())?;
+    put("messages", "llama-whole", &[&[0u8][..], &read("messages-whole.json")?].concat())?;
+    // native: the first byte's top bits pick llama.cpp (0), TGI (32), SGLang (64), Triton (96)
+    put("native", "llama-completion", &[&[3u8][..], &read("completion.sse")?].concat())?;
+    put("native", "tgi", b"\x21data:{\"index\":1,\"token\":{\"id\":5,\"text\":\" a\",\"special\":false},\"generated_text\":null,\"details\":null}\n\ndata:{\"index\":2,\"token\":{\"id\":2,\"text\":\"</s>\",\"special\":true},\"generated_text\":\" a\",\"details\":{\"finish_reason\":\"eos_token\",\"generated_tokens\":2,\"input_length\":7}}\n\n")?;
+    put("native", "sglang", b"\x42data: {\"text\":\" The\",\"meta_info\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"finish_reason\":null}}\n\ndata: {\"text\":\" The cat\",\"meta_info\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"cached_tokens\":3,\"finish_reason\":{\"type\":\"length\",\"length\":2}}}\n\ndata: [DONE]\n\n")?;
+    put("native", "triton", b"\x63data: {\"model_name\":\"ensemble\",\"text_output\":\" a\"}\n\ndata: {\"error\":\"model not ready\"}\n\n")?;
+    put("pooling", "llama-embeddings", &[&[16u8][..], &read("embeddings.json")?].concat())?;
+    put("pooling", "llama-rerank", &[&[18u8][..], &read("rerank.json")?].concat())?;
+    put("pooling", "tei", b"\x13[{\"index\":0,\"score\":0.9},{\"index\":1,\"score\":0.2}]")?;
     // Files: the first lines of each trace and dataset, small session files, TOML.
     for (f, lines) in [
         ("traces/mooncake_fast25_conversation_trace.jsonl", 6),

@@ -771,3 +771,7 @@ fn compare_takes_a_vllm_result_file_on_either_side() {
 // `quetta-bench k8s` in the same test binary (each binary is a link of its own).
 #[path = "cli_parts/k8s.rs"]
 mod k8s;
+
+// vLLM's and AIPerf's protocol names, in the same test binary.
+#[path = "cli_parts/protocols.rs"]
+mod protocols;

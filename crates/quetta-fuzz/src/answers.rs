@@ -10,7 +10,7 @@ use quetta_vertex::GeminiDecoder;
 use crate::stride_and_body;
 
 /// The event cap the targets run with (small, so oversized events are reached).
-const MAX_EVENT: usize = 4096;
+pub(crate) const MAX_EVENT: usize = 4096;
 
 /// How a body ended: the error's kind and its message (which may quote however much of the
 /// body had arrived, so only the kind is compared between splits).
@@ -37,7 +37,7 @@ fn run_body(d: &mut dyn BodyDecoder, frames: &[&[u8]]) -> (Vec<String>, End) {
 
 /// The same body whole and split every `stride` bytes gives the same events and end,
 /// except that a size cap (an over-long event, line or frame) may be met at another point.
-fn split_invariant(make: impl Fn() -> Box<dyn BodyDecoder>, data: &[u8]) {
+pub(crate) fn split_invariant(make: impl Fn() -> Box<dyn BodyDecoder>, data: &[u8]) {
     let Some((stride, body)) = stride_and_body(data) else { return };
     let whole = run_body(make().as_mut(), &[body]);
     let frames: Vec<&[u8]> = body.chunks(stride).collect();

@@ -12,9 +12,11 @@ use std::path::Path;
 
 mod answers;
 mod files;
+mod protocols;
 
 pub use answers::{chunk, gemini, models, sagemaker, sse};
 pub use files::{datasets, kernels, prometheus, records, sessions, synth, traces, vllm_result};
+pub use protocols::{messages, native, pooling, responses};
 
 /// A target: the name of its corpus directory (`fuzz/corpus/NAME`) and its body.
 pub type Target = (&'static str, fn(&[u8]));
@@ -34,6 +36,10 @@ pub const TARGETS: &[Target] = &[
     ("kernels", kernels),
     ("records", records),
     ("vllm_result", vllm_result),
+    ("responses", responses),
+    ("messages", messages),
+    ("native", native),
+    ("pooling", pooling),
 ];
 
 /// The name every target's parsers are given for their input; errors must name it.

@@ -63,8 +63,14 @@ pub enum Protocol {
     Embeddings,
     /// vLLM's chat form of embeddings (`/v1/embeddings` with `messages`).
     ChatEmbeddings,
+    /// vLLM's CLIP form of chat embeddings (an image alone where there is one).
+    ClipEmbeddings,
+    /// vLLM's VLM2Vec form of chat embeddings (the image first, an instruction after it).
+    Vlm2VecEmbeddings,
     /// Infinity's embeddings (`/embeddings`).
     InfinityEmbeddings,
+    /// Infinity's CLIP form (an image's URL with `modality: image`).
+    InfinityClipEmbeddings,
     /// vLLM's `/pooling`.
     Pooling,
     /// Rerank, the Cohere/Jina shape vLLM and llama.cpp serve (`/v1/rerank`).
@@ -179,19 +185,46 @@ const TABLE: &[ProtocolInfo] = &[
         protocol: Protocol::ChatEmbeddings,
         name: "openai-embeddings-chat",
         endpoint: "chat_embeddings",
-        aliases: &["openai-embeddings-clip", "openai-embeddings-vlm2vec"],
+        aliases: &[],
         kind: RequestKind::Embed,
         path: "/v1/embeddings",
         about: "vLLM's chat embeddings: messages with text and images",
     },
     ProtocolInfo {
+        protocol: Protocol::ClipEmbeddings,
+        name: "openai-embeddings-clip",
+        endpoint: "clip_embeddings",
+        aliases: &[],
+        kind: RequestKind::Embed,
+        path: "/v1/embeddings",
+        about: "vLLM's CLIP embeddings: a message's image alone where it has one, else its text",
+    },
+    ProtocolInfo {
+        protocol: Protocol::Vlm2VecEmbeddings,
+        name: "openai-embeddings-vlm2vec",
+        endpoint: "vlm2vec_embeddings",
+        aliases: &[],
+        kind: RequestKind::Embed,
+        path: "/v1/embeddings",
+        about: "vLLM's VLM2Vec embeddings: the image first, then an instruction",
+    },
+    ProtocolInfo {
         protocol: Protocol::InfinityEmbeddings,
         name: "infinity-embeddings",
         endpoint: "infinity_embeddings",
-        aliases: &["infinity-embeddings-clip"],
+        aliases: &[],
         kind: RequestKind::Embed,
         path: "/embeddings",
         about: "Infinity's embeddings",
+    },
+    ProtocolInfo {
+        protocol: Protocol::InfinityClipEmbeddings,
+        name: "infinity-embeddings-clip",
+        endpoint: "infinity_clip_embeddings",
+        aliases: &[],
+        kind: RequestKind::Embed,
+        path: "/embeddings",
+        about: "Infinity's CLIP embeddings: an image's URL (modality image), else the text",
     },
     ProtocolInfo {
         protocol: Protocol::Pooling,
@@ -297,7 +330,16 @@ impl Protocol {
     /// Whether the protocol's prompts are conversations (else text: a conversation is sent
     /// as its messages joined).
     pub fn takes_messages(self) -> bool {
-        matches!(self, Self::Chat | Self::Responses | Self::Messages | Self::ChatEmbeddings)
+        matches!(
+            self,
+            Self::Chat
+                | Self::Responses
+                | Self::Messages
+                | Self::ChatEmbeddings
+                | Self::ClipEmbeddings
+                | Self::Vlm2VecEmbeddings
+                | Self::InfinityClipEmbeddings
+        )
     }
 
     /// Whether a request carries several inputs: a batch of texts to embed, documents to
@@ -305,7 +347,10 @@ impl Protocol {
     pub fn takes_batches(self) -> bool {
         match self.kind() {
             RequestKind::Rank => true,
-            RequestKind::Embed => self != Self::ChatEmbeddings,
+            RequestKind::Embed => !matches!(
+                self,
+                Self::ChatEmbeddings | Self::ClipEmbeddings | Self::Vlm2VecEmbeddings
+            ),
             _ => false,
         }
     }
@@ -340,7 +385,10 @@ impl Protocol {
             Self::TensorRtLlm => Box::new(native::TritonGenerate),
             Self::Embeddings => Box::new(pooling::Embed::OPENAI),
             Self::ChatEmbeddings => Box::new(pooling::Embed::CHAT),
+            Self::ClipEmbeddings => Box::new(pooling::Embed::CLIP),
+            Self::Vlm2VecEmbeddings => Box::new(pooling::Embed::VLM2VEC),
             Self::InfinityEmbeddings => Box::new(pooling::Embed::INFINITY),
+            Self::InfinityClipEmbeddings => Box::new(pooling::Embed::INFINITY_CLIP),
             Self::Pooling => Box::new(pooling::Embed::POOLING),
             Self::Rerank => Box::new(pooling::Rank::RERANK),
             Self::TeiRerank => Box::new(pooling::Rank::TEI),

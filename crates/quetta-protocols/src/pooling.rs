@@ -18,7 +18,8 @@
 //! what was measured.
 
 use quetta_engine::{
-    EngineError, EngineRequest, EventKind, MessageContent, Prompt, RequestKind, Usage,
+    ContentPart, EngineError, EngineRequest, EventKind, Message, MessageContent, Prompt,
+    RequestKind, Usage,
 };
 use quetta_http::{BodyDecoder, EventDecoder, SseBody};
 use serde::Deserialize;
@@ -38,27 +39,58 @@ enum Results {
     Array,
 }
 
+/// How an embeddings request carries its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `input`: a text, texts, or token ids.
+    Input,
+    /// `messages`, text and images as given.
+    Chat,
+    /// vLLM's CLIP form: `messages`; a message with an image keeps the image alone.
+    Clip,
+    /// vLLM's VLM2Vec form: `messages`, images first; even requests ask "Represent the
+    /// given image.", odd ones "Represent the given image with the following question:"
+    /// and the text.
+    Vlm2Vec,
+    /// Infinity's CLIP form: `input` is the image's URL with `modality: image` where the
+    /// prompt has an image, else the text.
+    InfinityClip,
+}
+
 /// An embeddings or pooling protocol.
 #[derive(Debug, Clone, Copy)]
 pub struct Embed {
     name: &'static str,
     path: &'static str,
-    /// Chat messages (`messages`) instead of `input`.
-    chat: bool,
+    form: Form,
 }
 
 impl Embed {
     /// OpenAI's `/v1/embeddings`.
     pub const OPENAI: Embed =
-        Embed { name: "openai-embeddings", path: "/v1/embeddings", chat: false };
+        Embed { name: "openai-embeddings", path: "/v1/embeddings", form: Form::Input };
     /// vLLM's chat form of `/v1/embeddings` (messages, with images).
     pub const CHAT: Embed =
-        Embed { name: "openai-embeddings-chat", path: "/v1/embeddings", chat: true };
+        Embed { name: "openai-embeddings-chat", path: "/v1/embeddings", form: Form::Chat };
+    /// vLLM's CLIP form of the chat embeddings.
+    pub const CLIP: Embed =
+        Embed { name: "openai-embeddings-clip", path: "/v1/embeddings", form: Form::Clip };
+    /// vLLM's VLM2Vec form of the chat embeddings.
+    pub const VLM2VEC: Embed =
+        Embed { name: "openai-embeddings-vlm2vec", path: "/v1/embeddings", form: Form::Vlm2Vec };
     /// Infinity's `/embeddings`.
     pub const INFINITY: Embed =
-        Embed { name: "infinity-embeddings", path: "/embeddings", chat: false };
+        Embed { name: "infinity-embeddings", path: "/embeddings", form: Form::Input };
+    /// Infinity's CLIP form (an image's URL, `modality: image`).
+    pub const INFINITY_CLIP: Embed =
+        Embed { name: "infinity-embeddings-clip", path: "/embeddings", form: Form::InfinityClip };
     /// vLLM's `/pooling`.
-    pub const POOLING: Embed = Embed { name: "vllm-pooling", path: "/pooling", chat: false };
+    pub const POOLING: Embed = Embed { name: "vllm-pooling", path: "/pooling", form: Form::Input };
+
+    /// Whether a request carries one conversation (not a batch of inputs).
+    pub fn is_chat(&self) -> bool {
+        matches!(self.form, Form::Chat | Form::Clip | Form::Vlm2Vec)
+    }
 }
 
 fn chat_content(c: &MessageContent) -> Value {
@@ -66,6 +98,36 @@ fn chat_content(c: &MessageContent) -> Value {
         MessageContent::Text(t) => Value::String(t.clone()),
         MessageContent::Parts(parts) => serde_json::to_value(parts).unwrap_or(Value::Null),
         _ => Value::Null,
+    }
+}
+
+fn image_of(m: &Message) -> Option<&str> {
+    match &m.content {
+        MessageContent::Parts(p) => p.iter().find_map(|p| match p {
+            ContentPart::ImageUrl { image_url } => Some(image_url.url.as_str()),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// A message's content in the CLIP and VLM2Vec forms (`id` picks VLM2Vec's prompt).
+fn vision_content(form: Form, m: &Message, id: u64) -> Value {
+    let Some(url) = image_of(m) else { return chat_content(&m.content) };
+    let image = json!({"type": "image_url", "image_url": {"url": url}});
+    match form {
+        Form::Clip => json!([image]),
+        _ => {
+            let text = if id % 2 == 0 {
+                "Represent the given image.".to_owned()
+            } else {
+                format!(
+                    "Represent the given image with the following question: {}",
+                    m.text_content()
+                )
+            };
+            json!([image, {"type": "text", "text": text}])
+        }
     }
 }
 
@@ -93,24 +155,38 @@ impl Wire for Embed {
     ) -> Result<Map<String, Value>, EngineError> {
         let mut b = Map::new();
         b.insert("model".into(), json!(ctx.model));
-        if self.chat {
+        if self.is_chat() {
             let msgs = prompt_messages(&req.prompt, self.name)?;
             let msgs: Vec<Value> = msgs
                 .iter()
-                .map(|m| json!({"role": m.role, "content": chat_content(&m.content)}))
+                .map(|m| {
+                    let content = match self.form {
+                        Form::Chat => chat_content(&m.content),
+                        f => vision_content(f, m, req.request_id),
+                    };
+                    json!({"role": m.role, "content": content})
+                })
                 .collect();
             b.insert("messages".into(), Value::Array(msgs));
         } else {
-            let input = match &req.prompt {
-                Prompt::Text(t) => json!(t),
-                Prompt::TokenIds(ids) => json!(ids),
-                Prompt::Inputs(texts) => json!(texts),
-                Prompt::Chat(m) => json!(m
+            let image = match (&req.prompt, self.form) {
+                (Prompt::Chat(m), Form::InfinityClip) => m.iter().find_map(image_of),
+                _ => None,
+            };
+            let input = match (&req.prompt, image) {
+                (_, Some(url)) => {
+                    b.insert("modality".into(), json!("image"));
+                    json!(url)
+                }
+                (Prompt::Text(t), _) => json!(t),
+                (Prompt::TokenIds(ids), _) => json!(ids),
+                (Prompt::Inputs(texts), _) => json!(texts),
+                (Prompt::Chat(m), _) => json!(m
                     .iter()
                     .map(quetta_engine::Message::text_content)
                     .collect::<Vec<_>>()
                     .join("\n")),
-                other => return Err(cannot_send(self.name, other)),
+                (other, _) => return Err(cannot_send(self.name, other)),
             };
             b.insert("input".into(), input);
             if self.path != "/pooling" {
@@ -126,7 +202,7 @@ impl Wire for Embed {
     }
 
     fn decoder(&self, req: &EngineRequest, max_event_bytes: usize) -> Box<dyn BodyDecoder> {
-        let expect = if self.chat { 1 } else { req.prompt.input_count() };
+        let expect = if self.is_chat() { 1 } else { req.prompt.input_count() };
         Box::new(SseBody::new(max_event_bytes, PooledDecoder::new(Results::Data, expect)))
     }
 }
@@ -295,6 +371,44 @@ mod tests {
         let mut v = Vec::new();
         let r = d.decode_full(body.as_bytes(), &mut |k| v.push(k));
         (v, r)
+    }
+
+    #[test]
+    fn the_vision_forms_are_vllms() {
+        use quetta_engine::ImageRef;
+        let ctx = BodyContext {
+            model: "m",
+            include_usage: false,
+            session_body_field: None,
+            max_tokens_field: "max_tokens",
+        };
+        let parts = vec![
+            ContentPart::Text { text: "what is it".into() },
+            ContentPart::ImageUrl {
+                image_url: ImageRef { url: "data:image/png;base64,AA".into() },
+            },
+        ];
+        let msg = Message { role: "user".into(), content: MessageContent::Parts(parts) };
+        let req = |id| EngineRequest::new(id, Prompt::Chat(vec![msg.clone()]));
+        let content =
+            |e: Embed, id| e.body(&ctx, &req(id)).unwrap()["messages"][0]["content"].clone();
+        let image = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}});
+        assert_eq!(content(Embed::CLIP, 0), json!([image]));
+        assert_eq!(
+            content(Embed::VLM2VEC, 0),
+            json!([image, {"type": "text", "text": "Represent the given image."}])
+        );
+        assert_eq!(
+            content(Embed::VLM2VEC, 1),
+            json!([image, {"type": "text", "text": "Represent the given image with the following question: what is it"}])
+        );
+        let b = Embed::INFINITY_CLIP.body(&ctx, &req(0)).unwrap();
+        assert_eq!(
+            (b["input"].as_str(), b["modality"].as_str()),
+            (Some("data:image/png;base64,AA"), Some("image"))
+        );
+        let text = EngineRequest::new(0, Prompt::Inputs(vec!["a".into(), "b".into()]));
+        assert_eq!(Embed::INFINITY_CLIP.body(&ctx, &text).unwrap()["input"], json!(["a", "b"]));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! addressed by index as every workload is: request `i` of a batch of `n` embeds the inner
 //! workload's prompts `i·n .. i·n+n`; a ranking of `n` documents takes prompt `i·(n+1)` as
 //! its query and the `n` after it as its documents (so queries and documents are prompts of
-//! the same lengths). A last batch the inner workload cannot fill is sent as it is.
+//! the same lengths). A last batch the inner workload cannot fill is sent as it is. A batch
+//! of one is the prompt itself (a text, or token ids). Nothing is generated: no request
+//! asks for output tokens.
 
 use quetta_engine::{Message, Prompt, RequestKind};
 
@@ -36,7 +38,7 @@ impl Batched {
     ) -> Result<Self, Box<dyn Workload>> {
         let rank = match kind {
             RequestKind::Rank => true,
-            RequestKind::Embed if per_request > 1 => false,
+            RequestKind::Embed => false,
             _ => return Err(inner),
         };
         Ok(Self { inner, per_request: u64::from(per_request.max(1)), rank, error: None })
@@ -93,6 +95,11 @@ impl Workload for Batched {
                 max_tokens: 0,
             });
         }
+        if n == 1 {
+            // one input: the prompt as it is (a text, or token ids), generating nothing
+            let p = self.inner.request(first)?;
+            return Some(PlannedRequest { index, max_tokens: 0, ..p });
+        }
         let mut texts = Vec::with_capacity(n as usize);
         let mut tokens = 0u32;
         for i in first..first + n {
@@ -143,7 +150,9 @@ mod tests {
         assert_eq!((r.input_tokens, r.max_tokens), (4 + 5 + 6, 0));
         assert_eq!(b.request(2).unwrap().prompt, Prompt::Inputs(vec!["p6".into()]));
         assert!(b.request(3).is_none());
-        assert!(Batched::new(Box::new(Seven), RequestKind::Embed, 1).is_err());
+        let mut one = Batched::new(Box::new(Seven), RequestKind::Embed, 1).ok().unwrap();
+        let r = one.request(2).unwrap();
+        assert_eq!((r.prompt, r.max_tokens), (Prompt::Text("p2".into()), 0));
         assert!(Batched::new(Box::new(Seven), RequestKind::Generate, 4).is_err());
     }
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{rt, tmpdir, validate_run_dir};
-use quetta::{Benchmark, Load, Protocol, RequestKind, Target, WorkloadSpec};
+use quetta::{Benchmark, Load, Protocol, Target, WorkloadSpec};
 
 fn spec(p: Protocol, input: u32, output: u32, per_request: u32) -> WorkloadSpec {
     let mut w = WorkloadSpec::synthetic(input, output);
@@ -18,8 +18,7 @@ fn spec(p: Protocol, input: u32, output: u32, per_request: u32) -> WorkloadSpec 
 #[test]
 fn every_protocol_runs_against_the_simulator_and_reports_what_applies() {
     for p in Protocol::all() {
-        let per =
-            if p.kind() == RequestKind::Generate || p == Protocol::ChatEmbeddings { 1 } else { 4 };
+        let per = if p.takes_batches() { 4 } else { 1 };
         let dir = tmpdir(&format!("protocol-{p}"));
         let mut b = Benchmark::new(common::sim(4, 1).protocol(p))
             .workload(spec(p, 12, 6, per))
@@ -43,7 +42,7 @@ fn every_protocol_runs_against_the_simulator_and_reports_what_applies() {
             // no TTFT, TPOT or ITL row of zeros: they do not apply
             assert_eq!((s.ttft_ms.count, s.tpot_ms.count, s.itl_ms.count), (0, 0, 0), "{p}");
             assert!(!text.contains("TTFT") && !text.contains("TPOT"), "{p}:\n{text}");
-            let inputs = if p == Protocol::ChatEmbeddings { 20 } else { 80 };
+            let inputs = if p.takes_batches() { 80 } else { 20 };
             assert_eq!(s.total_inputs, inputs, "{p}");
             let per_input = s.per_input_ms.as_ref().expect("per-input latency");
             assert_eq!(per_input.count, 20);
