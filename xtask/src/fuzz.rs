@@ -29,6 +29,11 @@ const TARGETS: &[&str] = &[
     "kernels",
     "records",
     "vllm_result",
+    "responses",
+    "messages",
+    "native",
+    "pooling",
+    "transcription",
 ];
 
 struct Opts {
@@ -300,6 +305,8 @@ pub fn seed(root: &Path) -> Result<usize> {
     put("pooling", "llama-embeddings", &[&[16u8][..], &read("embeddings.json")?].concat())?;
     put("pooling", "llama-rerank", &[&[18u8][..], &read("rerank.json")?].concat())?;
     put("pooling", "tei", b"\x13[{\"index\":0,\"score\":0.9},{\"index\":1,\"score\":0.2}]")?;
+    put("transcription", "vllm", b"\x04data: {\"id\":\"t\",\"object\":\"transcription.chunk\",\"choices\":[{\"delta\":{\"content\":\" Hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":54,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")?;
+    put("transcription", "openai", b"\x07event: transcript.text.delta\ndata: {\"type\":\"transcript.text.delta\",\"delta\":\"Hello\"}\n\nevent: transcript.text.done\ndata: {\"type\":\"transcript.text.done\",\"text\":\"Hello\",\"usage\":{\"type\":\"tokens\",\"input_tokens\":22,\"output_tokens\":1}}\n\n")?;
     // Files: the first lines of each trace and dataset, small session files, TOML.
     for (f, lines) in [
         ("traces/mooncake_fast25_conversation_trace.jsonl", 6),

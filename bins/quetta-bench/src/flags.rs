@@ -510,6 +510,10 @@ pub struct RunArgs {
     /// distribution file written by `quetta-bench workload fit`.
     #[arg(help_heading = "Workload", long, conflicts_with_all = ["trace", "dataset"])]
     pub workload: Option<PathBuf>,
+    /// Recordings to transcribe (--backend openai-audio): a directory of WAV and FLAC files,
+    /// or a JSONL dataset of {"audio": PATH, "prompt": TEXT} lines.
+    #[arg(help_heading = "Workload", long, conflicts_with_all = ["trace", "dataset", "workload"])]
+    pub audio: Option<PathBuf>,
     /// Replay a request trace (arrival times, input and output lengths).
     #[arg(help_heading = "Workload", long)]
     pub trace: Option<PathBuf>,
@@ -909,6 +913,8 @@ impl RunArgs {
                 max_output_len: self.max_output_len,
             };
             Source::Dataset { path: p.clone(), format, filters }
+        } else if let Some(p) = &self.audio {
+            Source::Audio { path: p.clone() }
         } else if let Some(p) = &self.workload {
             Source::Distribution { path: p.clone() }
         } else if let Some(name) = &self.profile {

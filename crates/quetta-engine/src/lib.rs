@@ -181,9 +181,34 @@ pub enum Prompt {
     Inputs(Vec<String>),
     /// A query and the documents to score against it (rerank, score).
     Rank { query: String, documents: Vec<String> },
+    /// A recording to transcribe.
+    Audio(AudioInput),
+}
+
+/// An audio file to transcribe: its bytes (shared, not copied per request), its file name
+/// and media type as uploaded, and its length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AudioInput {
+    pub data: Arc<[u8]>,
+    pub file_name: String,
+    /// `audio/wav`, `audio/flac`, ...
+    pub mime: String,
+    /// Seconds of audio (from its header).
+    pub seconds: f64,
+    /// A prompt to guide the transcription (Whisper's `prompt`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 impl Prompt {
+    /// Seconds of audio the request carries (a transcription's recording).
+    pub fn audio_seconds(&self) -> Option<f64> {
+        match self {
+            Prompt::Audio(a) => Some(a.seconds),
+            _ => None,
+        }
+    }
+
     /// How many inputs the request carries: the texts of a batch, the documents of a
     /// ranking, else one.
     pub fn input_count(&self) -> u32 {

@@ -16,7 +16,7 @@ mod protocols;
 
 pub use answers::{chunk, gemini, models, sagemaker, sse};
 pub use files::{datasets, kernels, prometheus, records, sessions, synth, traces, vllm_result};
-pub use protocols::{messages, native, pooling, responses};
+pub use protocols::{messages, native, pooling, responses, transcription};
 
 /// A target: the name of its corpus directory (`fuzz/corpus/NAME`) and its body.
 pub type Target = (&'static str, fn(&[u8]));
@@ -40,6 +40,7 @@ pub const TARGETS: &[Target] = &[
     ("messages", messages),
     ("native", native),
     ("pooling", pooling),
+    ("transcription", transcription),
 ];
 
 /// The name every target's parsers are given for their input; errors must name it.

@@ -2,7 +2,7 @@
 //! through each protocol's own decoder as its engine builds it (`Wire::decoder`).
 
 use quetta_engine::{EngineRequest, Message, Prompt};
-use quetta_http::BodyDecoder;
+use quetta_http::{BodyDecoder, EventDecoder};
 use quetta_protocols::{Options, Protocol};
 
 use crate::answers::{split_invariant, MAX_EVENT};
@@ -76,4 +76,20 @@ pub fn pooling(data: &[u8]) {
     ];
     let p = all[usize::from(first % 7)];
     whole(p, usize::from(first >> 3) % 9, body);
+}
+
+/// Audio transcription answers: vLLM's chunk stream and OpenAI's transcript events, split
+/// at arbitrary points, and whole answers.
+pub fn transcription(data: &[u8]) {
+    split_invariant(
+        || {
+            Box::new(quetta_http::SseBody::new(
+                MAX_EVENT,
+                quetta_protocols::audio::TranscriptDecoder::new(true),
+            ))
+        },
+        data,
+    );
+    let body = data.get(1..).unwrap_or_default();
+    let _ = quetta_protocols::audio::TranscriptDecoder::new(true).decode_full(body, &mut |_| {});
 }

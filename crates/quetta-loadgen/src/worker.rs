@@ -47,6 +47,7 @@ pub(crate) fn begin(
         planned_output_tokens: request.max_tokens.unwrap_or(0),
         streamed: request.stream,
         inputs: request.prompt.input_count(),
+        audio_s: request.prompt.audio_seconds(),
         itl_us: Vec::with_capacity(cap),
         text: request.capture_text.then(String::new),
         ..Observation::default()

@@ -465,6 +465,8 @@ pub struct Aggregate {
     pub cached_tokens: u64,
     /// Inputs of completed requests that carry several (embeddings, rankings).
     pub inputs: u64,
+    /// Seconds of audio of completed transcriptions.
+    pub audio_seconds: f64,
     pub input_sources: BTreeMap<TokenSource, u64>,
     pub output_sources: BTreeMap<TokenSource, u64>,
     /// Earliest intended send time of a measured request (ms offset).
@@ -582,6 +584,13 @@ pub struct MetricsSummary {
     /// Per request: E2E divided by its inputs (docs/METRICS.md); absent for generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_input_ms: Option<Stats>,
+    /// Seconds of audio of the completed transcriptions; 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub total_audio_s: f64,
+    /// Inverse real-time factor: seconds of audio transcribed per second of the measured
+    /// window (vLLM's `rtfx`); 0 without audio.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub rtfx: f64,
     pub errors: BTreeMap<String, u64>,
     /// The most frequent error messages (the server's own text), at most 3, most frequent
     /// first: what a failed run says first.
@@ -670,6 +679,7 @@ impl Aggregate {
             output_tokens: 0,
             cached_tokens: 0,
             inputs: 0,
+            audio_seconds: 0.0,
             input_sources: BTreeMap::new(),
             output_sources: BTreeMap::new(),
             window_start_ms: None,
@@ -731,8 +741,9 @@ impl Aggregate {
         if let Some(l) = r.read_lag_ms {
             self.dist(Metric::ReadLag).add(l);
         }
-        // of the completed requests only: a failed one says nothing of the output length
-        if r.planned_output_tokens > 0 && r.ok() {
+        // of the completed requests only: a failed one says nothing of the output length;
+        // a transcription's cap is no length it should reach
+        if r.planned_output_tokens > 0 && r.ok() && r.audio_s.is_none() {
             self.osl_planned += 1;
             self.osl_hits += u64::from(r.output_matches_plan());
         }
@@ -770,6 +781,7 @@ impl Aggregate {
             }
         }
         self.dist(Metric::Itl).add_us(&r.itl_us);
+        self.audio_seconds += r.audio_s.unwrap_or(0.0);
         if let (Some(n), Some(e)) = (r.inputs.filter(|n| *n > 0), r.e2e_ms) {
             self.inputs += u64::from(n);
             self.dist(Metric::PerInput).add(e / f64::from(n));
@@ -789,7 +801,10 @@ impl Aggregate {
         }
         // Token counts are the server's (usage) or read from a file: they add saturating, so
         // an absurd count shows as the largest number rather than wrapping to a small one.
-        if let (TokenSource::Usage, Some(n)) = (r.input_token_source, r.input_tokens) {
+        // (a recording's tokens have no planned count to be compared with)
+        if let (TokenSource::Usage, Some(n), None) =
+            (r.input_token_source, r.input_tokens, r.audio_s)
+        {
             let n = i64::try_from(n).unwrap_or(i64::MAX);
             self.prompt_delta_sum = self
                 .prompt_delta_sum
@@ -842,6 +857,7 @@ impl Aggregate {
         self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(o.cached_tokens);
         self.inputs += o.inputs;
+        self.audio_seconds += o.audio_seconds;
         for (k, v) in &o.input_sources {
             *self.input_sources.entry(*k).or_default() += v;
         }
@@ -1009,6 +1025,8 @@ impl Aggregate {
             total_inputs: self.inputs,
             input_throughput: per_s(self.inputs as f64),
             per_input_ms: (self.inputs > 0).then(|| s(Metric::PerInput)),
+            total_audio_s: round3(self.audio_seconds),
+            rtfx: if dur > 0.0 { round3(self.audio_seconds / dur) } else { 0.0 },
             errors: self.errors.clone(),
             top_errors: self.top_errors(TOP_ERRORS),
             goodput,
@@ -1044,6 +1062,8 @@ struct Wire {
     cached_tokens: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     inputs: u64,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    audio_seconds: f64,
     input_sources: BTreeMap<TokenSource, u64>,
     output_sources: BTreeMap<TokenSource, u64>,
     window_start_ms: Option<f64>,
@@ -1174,6 +1194,7 @@ impl Serialize for Aggregate {
             output_tokens: self.output_tokens,
             cached_tokens: self.cached_tokens,
             inputs: self.inputs,
+            audio_seconds: self.audio_seconds,
             input_sources: self.input_sources.clone(),
             output_sources: self.output_sources.clone(),
             window_start_ms: self.window_start_ms,
@@ -1237,6 +1258,7 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.output_tokens = w.output_tokens;
         agg.cached_tokens = w.cached_tokens;
         agg.inputs = w.inputs;
+        agg.audio_seconds = w.audio_seconds;
         agg.input_sources = w.input_sources;
         agg.output_sources = w.output_sources;
         agg.window_start_ms = w.window_start_ms;

@@ -100,6 +100,8 @@ pub struct Observation {
     pub kind: quetta_engine::RequestKind,
     /// The inputs it carried (a batch's texts, a ranking's documents; one otherwise).
     pub inputs: u32,
+    /// Seconds of audio it carried (a transcription).
+    pub audio_s: Option<f64>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -216,6 +218,9 @@ pub struct RequestRecord {
     /// Requests that embed or rank: how many inputs (texts, documents) they carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<u32>,
+    /// A transcription: the seconds of audio it carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio_s: Option<f64>,
 }
 
 fn one() -> u32 {
@@ -432,6 +437,7 @@ impl RequestRecord {
             server_prefill_ms: o.server_timing.and_then(|t| t.prompt_ms).map(round3),
             server_tpot_ms: o.server_timing.and_then(|t| t.per_token_ms).map(round3),
             inputs: (!o.kind.generates()).then_some(o.inputs),
+            audio_s: o.audio_s.map(round3),
         }
     }
 

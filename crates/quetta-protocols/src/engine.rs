@@ -37,6 +37,13 @@ pub struct BodyContext<'a> {
     pub max_tokens_field: &'a str,
 }
 
+/// A request body as it goes on the wire.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub body: Vec<u8>,
+    pub content_type: String,
+}
+
 /// One HTTP protocol: how a request is addressed and written, and how its answer is read.
 /// Implement it to run a protocol of one's own through [`HttpEngine`].
 pub trait Wire: Send + Sync + fmt::Debug + 'static {
@@ -51,6 +58,17 @@ pub trait Wire: Send + Sync + fmt::Debug + 'static {
         ctx: &BodyContext<'_>,
         req: &EngineRequest,
     ) -> Result<Map<String, Value>, EngineError>;
+    /// The request's body as sent: by default the JSON of [`Wire::body`] with the run's
+    /// extra body fields merged over it (a protocol that uploads files encodes its own).
+    fn encode(&self, ctx: &BodyContext<'_>, req: &EngineRequest) -> Result<Encoded, EngineError> {
+        let mut b = self.body(ctx, req)?;
+        for (k, v) in &req.params.extra_body {
+            b.insert(k.clone(), v.clone());
+        }
+        let body = serde_json::to_vec(&Value::Object(b))
+            .map_err(|e| EngineError::Request(e.to_string()))?;
+        Ok(Encoded { body, content_type: "application/json".into() })
+    }
     /// The decoder of one request's answer; `max_event_bytes` bounds one streamed event.
     fn decoder(&self, req: &EngineRequest, max_event_bytes: usize) -> Box<dyn BodyDecoder>;
     /// How the API key is sent.
@@ -153,15 +171,19 @@ impl HttpEngine {
         &self.cfg
     }
 
-    /// The JSON body of a request (public for tests and dry runs).
-    pub fn body(&self, req: &EngineRequest) -> Result<Value, EngineError> {
-        let ctx = BodyContext {
+    fn context(&self) -> BodyContext<'_> {
+        BodyContext {
             model: &self.cfg.model,
             include_usage: self.cfg.include_usage,
             session_body_field: self.cfg.session_body_field.as_deref(),
             max_tokens_field: &self.cfg.max_tokens_field,
-        };
-        let mut b = self.wire.body(&ctx, req)?;
+        }
+    }
+
+    /// The JSON body of a request, the run's extra body fields merged over it (public for
+    /// tests and dry runs).
+    pub fn body(&self, req: &EngineRequest) -> Result<Value, EngineError> {
+        let mut b = self.wire.body(&self.context(), req)?;
         for (k, v) in &req.params.extra_body {
             b.insert(k.clone(), v.clone());
         }
@@ -170,13 +192,12 @@ impl HttpEngine {
 
     fn build_request(&self, req: &EngineRequest) -> Result<Request<Full<Bytes>>, EngineError> {
         let stream = req.stream && self.wire.streams();
-        let body = serde_json::to_vec(&self.body(req)?)
-            .map_err(|e| EngineError::Request(e.to_string()))?;
+        let Encoded { body, content_type } = self.wire.encode(&self.context(), req)?;
         let uri = if stream { &self.uri_stream } else { &self.uri_whole };
         let mut r = Request::builder()
             .method(Method::POST)
             .uri(uri.clone())
-            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_TYPE, content_type)
             .header(ACCEPT, if stream { "text/event-stream" } else { "application/json" });
         if let Some((k, v)) = &self.key {
             r = r.header(k, v.clone());

@@ -9,7 +9,8 @@
 //! - server-sent events: OpenAI Responses ([`responses`]), Anthropic Messages
 //!   ([`anthropic`]), the engines' own generate APIs ([`native`]: llama.cpp, TGI, SGLang,
 //!   Triton/TensorRT-LLM);
-//! - plain JSON: embeddings, pooling, rerank and score ([`pooling`]).
+//! - plain JSON: embeddings, pooling, rerank and score ([`pooling`]);
+//! - multipart uploads: audio transcription ([`audio`]).
 //!
 //! Adding a protocol is a [`Wire`] (its body and its decoder), its simulator side in
 //! `quetta-sim`, and one entry in [`Protocol`]'s table: nothing in the runner or the
@@ -17,6 +18,7 @@
 //! when its bytes arrive, before the decoder sees them.
 
 pub mod anthropic;
+pub mod audio;
 mod common;
 mod engine;
 pub mod native;
@@ -30,7 +32,7 @@ pub use quetta_engine::RequestKind;
 use quetta_http::BuildError;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 
-pub use engine::{BodyContext, HttpEngine, KeyHeader, Wire};
+pub use engine::{BodyContext, Encoded, HttpEngine, KeyHeader, Wire};
 
 /// A protocol Quetta speaks over HTTP. See [`Protocol::ALL`] for the table.
 ///
@@ -79,6 +81,8 @@ pub enum Protocol {
     TeiRerank,
     /// vLLM's `/score`.
     Score,
+    /// Audio transcription (`/v1/audio/transcriptions`, multipart).
+    Transcription,
 }
 
 /// One row of the registry.
@@ -262,6 +266,15 @@ const TABLE: &[ProtocolInfo] = &[
         path: "/score",
         about: "vLLM's /score (text_1 against text_2)",
     },
+    ProtocolInfo {
+        protocol: Protocol::Transcription,
+        name: "openai-audio",
+        endpoint: "audio_transcription",
+        aliases: &["transcriptions"],
+        kind: RequestKind::Transcribe,
+        path: "/v1/audio/transcriptions",
+        about: "audio transcription: a recording uploaded (multipart), its text streamed",
+    },
 ];
 
 impl Protocol {
@@ -371,6 +384,12 @@ impl Protocol {
         !matches!(self, Self::Tgi) && self.kind() == RequestKind::Generate
     }
 
+    /// Whether the protocol's servers stream their answers (embeddings and rankings never
+    /// do).
+    pub fn streams(self) -> bool {
+        matches!(self.kind(), RequestKind::Generate | RequestKind::Transcribe)
+    }
+
     /// The protocol's [`Wire`] (`None` for OpenAI's chat and completions, which
     /// `quetta-openai`'s engine speaks).
     pub fn wire(self, opts: Options) -> Option<Box<dyn Wire>> {
@@ -393,6 +412,7 @@ impl Protocol {
             Self::Rerank => Box::new(pooling::Rank::RERANK),
             Self::TeiRerank => Box::new(pooling::Rank::TEI),
             Self::Score => Box::new(pooling::Rank::SCORE),
+            Self::Transcription => Box::new(audio::Transcription),
         })
     }
 }

@@ -268,3 +268,64 @@ fn embeddings_and_rankings_refuse_and_fail_clearly() {
         }
     }
 }
+
+/// A recording from the fixtures, as the workload reads it.
+fn recording() -> Prompt {
+    let p =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audio/speech-3.wav");
+    Prompt::Audio(quetta_engine::AudioInput {
+        data: std::fs::read(&p).unwrap().into(),
+        file_name: "speech-3.wav".into(),
+        mime: "audio/wav".into(),
+        seconds: 1.087562,
+        prompt: None,
+    })
+}
+
+#[test]
+fn a_transcription_uploads_its_recording_and_streams_its_text() {
+    let rt = rt();
+    let s = sim(None, &[]);
+    let e = engine(Protocol::Transcription, &s, None, Options::default());
+    for stream in [true, false] {
+        let r = rt.block_on(send(e.as_ref(), recording(), stream, None));
+        let server = last(&s);
+        assert!(r.ok(), "stream={stream}: {:?}", r.error);
+        // the simulator read the recording's length from its header: 50 prompt tokens a
+        // second, about 3 words a second of text
+        assert_eq!(server.prompt_tokens, 54);
+        assert_eq!(server.completion_tokens, 4);
+        assert_eq!((r.input_tokens, r.output_tokens), (Some(54), Some(4)), "stream={stream}");
+        assert_eq!(r.audio_s, Some(1.088));
+        if stream {
+            assert_eq!(r.token_chunks, 4);
+            assert!(r.ttft_ms.unwrap() >= 10.0);
+        }
+    }
+    let keyed = sim(Some("k"), &[]);
+    let r = rt.block_on(send(
+        engine(Protocol::Transcription, &keyed, Some("other"), Options::default()).as_ref(),
+        recording(),
+        true,
+        None,
+    ));
+    assert_eq!((r.status, r.error_kind.as_deref()), (Some(401), Some("http_4xx")));
+    for (fault, kind) in [("bad-json", "protocol"), ("error-event", "server_error")] {
+        let f = sim(None, &[fault]);
+        let r = rt.block_on(send(
+            engine(Protocol::Transcription, &f, None, Options::default()).as_ref(),
+            recording(),
+            true,
+            None,
+        ));
+        assert_eq!(r.error_kind.as_deref(), Some(kind), "{fault}: {:?}", r.error);
+    }
+    // not a recording: refused as the service refuses it
+    let mut bad = recording();
+    if let Prompt::Audio(a) = &mut bad {
+        a.data = b"not audio".to_vec().into();
+    }
+    let r = rt.block_on(send(e.as_ref(), bad, true, None));
+    assert_eq!(r.status, Some(400));
+    assert!(r.error.unwrap().contains("Invalid file format"));
+}

@@ -624,7 +624,7 @@ fn vllm_head(s: &Summary, n: usize, (peak, tokens_per_s): (u64, f64)) -> VllmRes
         start_times: Vec::new(),
         max_concurrent_requests: peak,
         max_output_tokens_per_s: tokens_per_s,
-        rtfx: 0.0,
+        rtfx: m.rtfx,
         percentiles: vllm_percentiles(m),
         total_input_sequences: (!s.target.kind.generates()).then_some(m.total_inputs),
         input_sequence_throughput: (!s.target.kind.generates()).then_some(m.input_throughput),

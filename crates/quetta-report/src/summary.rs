@@ -453,6 +453,13 @@ fn throughput_lines(sum: &Summary) -> String {
         "tokens     {} in, {} out (output counts from {}, input counts from {}){cached}",
         m.total_input_tokens, m.total_output_tokens, m.token_count_source, m.input_token_source,
     );
+    if m.total_audio_s > 0.0 {
+        let _ = writeln!(
+            s,
+            "audio      {:.1} s transcribed, {:.2} s of audio per second (RTFx)",
+            m.total_audio_s, m.rtfx
+        );
+    }
     s
 }
 

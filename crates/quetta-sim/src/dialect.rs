@@ -27,6 +27,8 @@ pub(crate) enum Dialect {
     Tgi,
     Sglang,
     Triton,
+    /// Audio transcription (a multipart upload; vLLM's stream shape).
+    Transcription,
 }
 
 /// A request refused: its status, the service's error type and message.
@@ -69,6 +71,7 @@ pub(crate) fn route(path: &str, model: &str) -> Option<Result<Route, Refusal>> {
         "/completion" | "/completions" => r(Dialect::LlamaCpp, None),
         "/generate_stream" => r(Dialect::Tgi, Some(true)),
         "/generate" => r(Dialect::Sglang, None),
+        "/v1/audio/transcriptions" | "/v1/audio/translations" => r(Dialect::Transcription, None),
         _ => {
             let rest = path.strip_prefix("/v2/models/")?;
             let (m, op) = rest.rsplit_once('/')?;
@@ -136,6 +139,8 @@ impl Dialect {
             Dialect::Tgi => tgi(b, stream.unwrap_or(false)),
             Dialect::Sglang => sglang(b),
             Dialect::Triton => triton(b, stream.unwrap_or(false)),
+            // its body is a multipart upload, put into the internal shape by `crate::audio`
+            Dialect::Transcription => Ok(Value::Object(b)),
         }
     }
 
@@ -159,7 +164,7 @@ impl Dialect {
     /// An engine failure in the middle of a stream, as the service sends it.
     pub(crate) fn error_event(self) -> &'static [u8] {
         match self {
-            Dialect::Chat | Dialect::Completions => b"data: {\"error\": {\"message\": \"simulated engine failure\", \"type\": \"InternalServerError\", \"code\": 500}}\n\ndata: [DONE]\n\n",
+            Dialect::Chat | Dialect::Completions | Dialect::Transcription => b"data: {\"error\": {\"message\": \"simulated engine failure\", \"type\": \"InternalServerError\", \"code\": 500}}\n\ndata: [DONE]\n\n",
             Dialect::Responses => b"event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"simulated engine failure\",\"param\":null}\n\n",
             Dialect::Messages => b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
             Dialect::LlamaCpp => b"data: {\"error\":{\"code\":500,\"message\":\"simulated engine failure\",\"type\":\"server_error\"}}\n\n",
@@ -172,7 +177,7 @@ impl Dialect {
     /// Whether the service counts its answer's usage only when asked
     /// (`stream_options.include_usage`); the others always give it.
     pub(crate) fn usage_on_request(self) -> bool {
-        matches!(self, Dialect::Chat | Dialect::Completions)
+        matches!(self, Dialect::Chat | Dialect::Completions | Dialect::Transcription)
     }
 }
 
@@ -474,6 +479,8 @@ pub(crate) struct Frame<'a> {
     /// configured gap between tokens.
     pub prompt_ms: f64,
     pub per_token_ms: f64,
+    /// The client asked for usage (where the service gives it only when asked).
+    pub include_usage: bool,
 }
 
 /// A generated word's token id (stable: the same word, the same id).
@@ -509,6 +516,9 @@ impl Dialect {
             }
             Dialect::LlamaCpp | Dialect::Tgi | Dialect::Triton => {
                 self.per_token(out, f, text, last);
+            }
+            Dialect::Transcription => {
+                let _ = write!(out, "data: {{\"id\":\"{}\",\"object\":\"transcription.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n", f.id, f.created, f.model_json);
             }
             Dialect::Sglang => {
                 let n = f.sent + text.split(' ').filter(|w| !w.is_empty()).count() as u32;
@@ -567,6 +577,12 @@ impl Dialect {
                 let _ = write!(out, "data: {{\"index\":0,\"content\":\"\",\"tokens\":[],\"id_slot\":0,\"stop\":true,\"model\":{m},\"tokens_predicted\":{n},\"tokens_evaluated\":{p},\"stop_type\":\"limit\",\"stopping_word\":\"\",\"timings\":{{\"cache_n\":{c},\"prompt_n\":{pn},\"prompt_ms\":{pm:.3},\"predicted_n\":{n},\"predicted_per_token_ms\":{tm:.3}}}}}\n\n", m = f.model_json, p = f.prompt_tokens, c = f.cached_tokens, pn = f.prompt_tokens - f.cached_tokens, pm = f.prompt_ms, tm = f.per_token_ms);
             }
             Dialect::Sglang => out.push_str("data: [DONE]\n\n"),
+            Dialect::Transcription => {
+                if f.include_usage {
+                    let _ = write!(out, "data: {{\"id\":\"{}\",\"object\":\"transcription.chunk\",\"created\":{},\"model\":{},\"choices\":[],\"usage\":{{\"prompt_tokens\":{p},\"completion_tokens\":{n},\"total_tokens\":{}}}}}\n\n", f.id, f.created, f.model_json, f.prompt_tokens + u64::from(n), p = f.prompt_tokens);
+                }
+                out.push_str("data: [DONE]\n\n");
+            }
             _ => {}
         }
     }
@@ -598,6 +614,9 @@ impl Dialect {
             }
             Dialect::Triton => {
                 json!({"model_name": "ensemble", "model_version": "1", "text_output": text})
+            }
+            Dialect::Transcription => {
+                json!({"text": text, "usage": {"type": "tokens", "input_tokens": p, "output_tokens": n}})
             }
             Dialect::Chat | Dialect::Completions => {
                 unreachable!("OpenAI's answers are built by the server")

@@ -23,6 +23,7 @@
 //! The simulator runs on its own thread and tokio runtime, so it does not share a
 //! scheduler with the client under test: [`Simulator::start`].
 
+mod audio;
 pub mod cache;
 mod dialect;
 pub mod engine;

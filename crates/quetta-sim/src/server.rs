@@ -332,6 +332,7 @@ async fn read_request(
 ) -> Result<(Value, Dialect), Response<Body>> {
     let (version, stamps) = conn_of(&req);
     let header_check = route.dialect.check_headers(req.headers(), sh.cfg.api_key.as_deref());
+    let content_type = header_str(&req, "content-type");
     let body = match Limited::new(req.into_body(), 64 << 20).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
@@ -347,6 +348,12 @@ async fn read_request(
     rec.end = arrival;
     if let Err(r) = header_check {
         return Err(refuse(sh, rec.clone(), route.dialect, &r));
+    }
+    if route.dialect == Dialect::Transcription {
+        return match crate::audio::normalize(content_type.as_deref(), body, rec.seq).await {
+            Ok(v) => Ok((v, Dialect::Transcription)),
+            Err(r) => Err(refuse(sh, rec.clone(), Dialect::Transcription, &r)),
+        };
     }
     let parsed: Option<Value> = serde_json::from_slice(&body).ok().filter(Value::is_object);
     let Some(v) = parsed else {
@@ -624,6 +631,7 @@ impl SimStream {
             text_so_far,
             prompt_ms: self.prompt_ms,
             per_token_ms: self.sh.cfg.itl.as_secs_f64() * 1e3,
+            include_usage: self.include_usage,
         }
     }
 

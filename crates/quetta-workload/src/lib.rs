@@ -50,6 +50,7 @@
 //! and prints its first requests with their intended send times.
 
 pub mod arrival;
+pub mod audio;
 pub mod batch;
 pub mod dataset;
 pub mod distribution;

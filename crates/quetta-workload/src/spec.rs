@@ -97,6 +97,9 @@ pub enum Source {
     Distribution { path: PathBuf },
     /// Multi-turn sessions from a file.
     Sessions { path: PathBuf, format: SessionFormat },
+    /// Recordings to transcribe: a directory of WAV and FLAC files, or a JSONL dataset of
+    /// them ([`crate::audio`]).
+    Audio { path: PathBuf },
 }
 
 /// Images attached to each chat request (`--modality vision`).
@@ -492,6 +495,17 @@ impl WorkloadSpec {
         if self.inputs_per_request == 0 {
             return bad("inputs per request", "a request carries at least one input");
         }
+        let audio = matches!(self.source, Source::Audio { .. });
+        if audio != (self.kind == quetta_engine::RequestKind::Transcribe) {
+            return bad(
+                "audio",
+                if audio {
+                    "recordings are for a transcription protocol"
+                } else {
+                    "a transcription protocol sends recordings: name a directory or a dataset of them"
+                },
+            );
+        }
         if multiturn && !self.kind.generates() {
             return bad(
                 "sessions",
@@ -584,6 +598,20 @@ impl WorkloadSpec {
                 self.trace_workload(rows, tokenizer, built)
             }
             Source::Sessions { .. } => unreachable!("sessions are built apart"),
+            Source::Audio { path } => {
+                let clips = crate::audio::load(path)?;
+                let n = clips.len();
+                let w = crate::audio::AudioWorkload::new(
+                    clips,
+                    self.output_len.unwrap_or(128),
+                    self.seed,
+                );
+                notes.push(format!(
+                    "{n} recordings of {:.1} s in all; input tokens are the server's count, where it gives one",
+                    w.seconds()
+                ));
+                Box::new(w)
+            }
             Source::Distribution { path } => {
                 let dist = Distribution::load(path)?;
                 built.times = Some(Times::Fitted(Box::new(dist.clone())));

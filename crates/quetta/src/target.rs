@@ -644,6 +644,10 @@ async fn preflight_request(
     protocol: Protocol,
     headers: &[(String, String)],
 ) -> Result<()> {
+    if protocol.kind() == quetta_engine::RequestKind::Transcribe {
+        // its cheapest valid call uploads a recording: the model list was the check
+        return Ok(());
+    }
     let prompt = if protocol.kind() == quetta_engine::RequestKind::Rank {
         Prompt::Rank { query: "Hi".into(), documents: vec!["Hi".into()] }
     } else if protocol.takes_messages() {

@@ -10,6 +10,9 @@ use quetta::{Benchmark, Load, Protocol, Target, WorkloadSpec};
 
 fn spec(p: Protocol, input: u32, output: u32, per_request: u32) -> WorkloadSpec {
     let mut w = WorkloadSpec::synthetic(input, output);
+    if p.kind() == quetta::RequestKind::Transcribe {
+        w.source = quetta::workload::spec::Source::Audio { path: common::fixtures().join("audio") };
+    }
     w.chat = p.takes_messages();
     w.inputs_per_request = per_request;
     w
@@ -38,6 +41,11 @@ fn every_protocol_runs_against_the_simulator_and_reports_what_applies() {
         if p.kind().generates() {
             assert_eq!(s.ttft_ms.count, 20, "{p}");
             assert!(s.per_input_ms.is_none() && s.total_inputs == 0, "{p}");
+            if p.kind() == quetta::RequestKind::Transcribe {
+                // 20 of the 3 recordings (1.09, 2.83 and 3.08 s), each once before any twice
+                assert!(s.total_audio_s > 20.0 * 1.08 && s.rtfx > 0.0, "{p}: {}", s.total_audio_s);
+                assert!(text.contains("RTFx"), "{p}:\n{text}");
+            }
         } else {
             // no TTFT, TPOT or ITL row of zeros: they do not apply
             assert_eq!((s.ttft_ms.count, s.tpot_ms.count, s.itl_ms.count), (0, 0, 0), "{p}");

@@ -218,3 +218,36 @@ fn the_protocols_are_listed_by_every_name_they_take() {
         assert!(t.contains(n), "{n} missing:\n{t}");
     }
 }
+
+#[test]
+fn vllm_openai_audio_with_local_recordings() {
+    // vLLM reads its recordings from a Hugging Face dataset; Quetta from files (--audio)
+    let audio = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/audio");
+    let (s, v) = vllm(
+        "audio",
+        &[
+            "--backend",
+            "openai-audio",
+            "--endpoint",
+            "/v1/audio/transcriptions",
+            "--audio",
+            audio.to_str().unwrap(),
+            "--num-prompts",
+            "9",
+            "--max-concurrency",
+            "3",
+        ],
+    );
+    assert_eq!(
+        (s["completed"].as_u64(), s["target"]["kind"].as_str()),
+        (Some(9), Some("transcribe"))
+    );
+    // each of the three recordings three times: 3 × (3.083 + 2.835 + 1.088) s
+    let audio_s = s["total_audio_s"].as_f64().unwrap();
+    assert!((audio_s - 21.018).abs() < 0.01, "{audio_s}");
+    assert!(v["rtfx"].as_f64().unwrap() > 0.0);
+    assert!(
+        s.get("osl_hit_rate").is_none_or(serde_json::Value::is_null),
+        "a transcription has no planned length"
+    );
+}
