@@ -11,6 +11,9 @@
 //!
 //! `cargo xtask fuzz [--minutes N]` runs every fuzz target (see `fuzz.rs`).
 //!
+//! `cargo xtask bench protocols [--rounds N] [--sim-nice N]` measures the client's CPU per
+//! streamed request of each streamed protocol beside chat's (see `protocols.rs`).
+//!
 //! `cargo xtask bench merge [--records N]` times the merge of three shards' N records (see
 //! `merge.rs`).
 //!
@@ -34,6 +37,7 @@ use serde_json::Value;
 mod fuzz;
 mod merge;
 mod predict;
+mod protocols;
 mod report;
 mod runs;
 mod soak;
@@ -57,6 +61,19 @@ fn main() -> Result<()> {
             report::bench(&root(), n.parse().context("--records N")?)
         }
         ["bench", "predict"] => predict::bench(&root()),
+        ["bench", "protocols", rest @ ..] => {
+            let flag = |name: &str, default: usize| -> Result<usize> {
+                match rest.iter().position(|a| *a == name) {
+                    Some(i) => Ok(rest.get(i + 1).context("a number after the flag")?.parse()?),
+                    None => Ok(default),
+                }
+            };
+            protocols::bench_all(
+                &root(),
+                flag("--rounds", 3)?,
+                u32::try_from(flag("--sim-nice", 0)?)?,
+            )
+        }
         ["bench", "soak", rest @ ..] => {
             let flag = |name: &str, default: u64| -> Result<u64> {
                 match rest.iter().position(|a| *a == name) {
@@ -75,7 +92,7 @@ fn main() -> Result<()> {
         ["compare-vllm"] => vllm::compare(None, &root()),
         ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask bench predict | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask bench predict | cargo xtask bench protocols [--rounds N] [--sim-nice N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
             std::process::exit(2);
         }
     }

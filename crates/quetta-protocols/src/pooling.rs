@@ -22,6 +22,7 @@ use quetta_engine::{
     RequestKind, Usage,
 };
 use quetta_http::{BodyDecoder, EventDecoder, SseBody};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -279,6 +280,19 @@ impl Wire for Rank {
     }
 }
 
+/// An answer as far as it is read: its results counted, its usage, an error.
+#[derive(Deserialize)]
+struct Answer {
+    #[serde(default)]
+    data: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    results: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    usage: Option<UsageJson>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
 #[derive(Deserialize)]
 struct UsageJson {
     #[serde(default)]
@@ -299,6 +313,20 @@ impl PooledDecoder {
     fn new(results: Results, expect: u32) -> Self {
         Self { results, expect, done: false }
     }
+
+    /// A body that is not the answer's JSON: the server's error words if it has them.
+    fn refused(body: &[u8]) -> EngineError {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(v) => match v.get("error").filter(|e| is_error(e)) {
+                Some(e) => EngineError::ServerError(error_words(e)),
+                None => EngineError::Protocol(format!(
+                    "not the answer's shape: {}",
+                    quetta_http::excerpt(&String::from_utf8_lossy(body), 200)
+                )),
+            },
+            Err(e) => bad_json(&e, body),
+        }
+    }
 }
 
 impl EventDecoder for PooledDecoder {
@@ -316,14 +344,22 @@ impl EventDecoder for PooledDecoder {
         body: &[u8],
         out: &mut dyn FnMut(EventKind),
     ) -> Result<(), EngineError> {
-        let v: Value = serde_json::from_slice(body).map_err(|e| bad_json(&e, body))?;
-        if let Some(e) = v.get("error").filter(|e| is_error(e)) {
-            return Err(EngineError::ServerError(error_words(e)));
-        }
-        let items = match self.results {
-            Results::Array => v.as_array(),
-            Results::Data => v.get("data").and_then(Value::as_array),
-            Results::Ranked => v.get("results").and_then(Value::as_array),
+        // The results are counted, not read: an embedding's numbers are skipped unparsed.
+        let (items, usage) = if self.results == Results::Array {
+            match serde_json::from_slice::<Vec<IgnoredAny>>(body) {
+                Ok(v) => (Some(v.len()), None),
+                Err(_) => return Err(Self::refused(body)),
+            }
+        } else {
+            let a: Answer = serde_json::from_slice(body).map_err(|_| Self::refused(body))?;
+            if let Some(e) = a.error.filter(is_error) {
+                return Err(EngineError::ServerError(error_words(&e)));
+            }
+            let items = match self.results {
+                Results::Data => a.data,
+                _ => a.results,
+            };
+            (items.map(|v| v.len()), a.usage)
         };
         let Some(items) = items else {
             let what = match self.results {
@@ -333,16 +369,13 @@ impl EventDecoder for PooledDecoder {
             };
             return Err(EngineError::Protocol(format!("the answer has no {what}")));
         };
-        if items.len() != self.expect as usize {
+        if items != self.expect as usize {
             return Err(EngineError::Protocol(format!(
-                "the answer has {} results for {} inputs",
-                items.len(),
+                "the answer has {items} results for {} inputs",
                 self.expect
             )));
         }
-        if let Some(u) =
-            v.get("usage").and_then(|u| serde_json::from_value::<UsageJson>(u.clone()).ok())
-        {
+        if let Some(u) = usage {
             out(EventKind::Usage(Usage::tokens(u.prompt_tokens.or(u.total_tokens), None)));
         }
         self.done = true;

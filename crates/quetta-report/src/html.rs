@@ -137,8 +137,25 @@ pub fn run_charts(r: &RunData) -> Vec<Chart> {
             false,
         ),
     ];
-    if r.series.len() >= MIN_SECONDS_FOR_SERIES {
-        charts.extend(over_time(r));
+    if r.summary.target.kind.generates() {
+        if r.series.len() >= MIN_SECONDS_FOR_SERIES {
+            charts.extend(over_time(r));
+        }
+    } else {
+        // an embedding or a ranking: no token, a latency per input instead
+        charts.insert(
+            2,
+            line(
+                "E2E per input CDF",
+                "end-to-end latency per input (ms)",
+                share,
+                vec![named("E2E per input", cdf(Metric::PerInput))],
+                false,
+            ),
+        );
+        if r.series.len() >= MIN_SECONDS_FOR_SERIES {
+            charts.extend(over_time(r).into_iter().filter(|c| c.title.starts_with("Throughput")));
+        }
     }
     drawable(charts)
 }
@@ -366,16 +383,33 @@ fn highlights(s: &mut String, items: &[(String, String)]) {
     s.push_str("</div>");
 }
 
-/// Highlights of a run: (label, value).
-pub fn run_highlights(m: &quetta_metrics::MetricsSummary) -> Vec<(String, String)> {
-    vec![
+/// Highlights of a run: (label, value); of generation, or (embeddings, rankings) of inputs.
+pub fn run_highlights(sum: &crate::Summary) -> Vec<(String, String)> {
+    let m = &sum.metrics;
+    let mut v = vec![
         ("requests completed / failed".into(), format!("{} / {}", m.completed, m.failed)),
         ("requests per second".into(), format!("{:.2}", m.request_throughput)),
+    ];
+    if !sum.target.kind.generates() {
+        let per_input = m.per_input_ms.as_ref().and_then(|s| s.p50);
+        v.extend([
+            ("inputs per second".into(), format!("{:.1}", m.input_throughput)),
+            ("input tokens per second".into(), format!("{:.1}", m.input_token_throughput)),
+            ("E2E p50 / p99 (ms)".into(), format!("{} / {}", ms(m.e2e_ms.p50), ms(m.e2e_ms.p99))),
+            ("E2E per input p50 (ms)".into(), ms(per_input)),
+        ]);
+        return v;
+    }
+    v.extend([
         ("output tokens per second".into(), format!("{:.1}", m.output_token_throughput)),
         ("TTFT p50 / p99 (ms)".into(), format!("{} / {}", ms(m.ttft_ms.p50), ms(m.ttft_ms.p99))),
         ("TPOT p50 (ms)".into(), ms(m.tpot_ms.p50)),
         ("E2E p99 (ms)".into(), ms(m.e2e_ms.p99)),
-    ]
+    ]);
+    if m.total_audio_s > 0.0 {
+        v.push(("seconds of audio per second (RTFx)".into(), format!("{:.2}", m.rtfx)));
+    }
+    v
 }
 
 fn run_section(s: &mut String, r: &RunData, heading: &str) {
@@ -391,7 +425,7 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
         }
         return;
     }
-    highlights(s, &run_highlights(m));
+    highlights(s, &run_highlights(&r.summary));
     metric_table_html(s, &r.summary);
     for c in run_charts(r) {
         s.push_str(&svg(&c, 940.0, 300.0));

@@ -228,7 +228,7 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
         return;
     }
     let hl: Vec<String> =
-        run_highlights(&r.summary.metrics).iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        run_highlights(&r.summary).iter().map(|(k, v)| format!("{k}: {v}")).collect();
     for h in hl.chunks(3) {
         p.line(&h.join("    "), 9.0);
     }
@@ -401,7 +401,7 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
         }
         p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
         let hl: Vec<String> =
-            run_highlights(&r.summary.metrics).iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            run_highlights(&r.summary).iter().map(|(k, v)| format!("{k}: {v}")).collect();
         for h in hl.chunks(3) {
             p.line(&h.join("    "), 9.0);
         }

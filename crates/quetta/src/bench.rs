@@ -295,6 +295,11 @@ impl Benchmark {
         let load = self.resolve_load(&built);
         self.check(&built, &load)?;
         let mut notes = built.notes.clone();
+        let forced = self.ignore_eos || self.exact_output_length || self.workload.stress;
+        let p = self.target.protocol;
+        if forced && p.kind() == quetta_engine::RequestKind::Generate && !p.forces_lengths() {
+            notes.push(format!("the {p} protocol has no way to ask for an exact output length (no ignore_eos or minimum): answers may end early"));
+        }
         let mut cfg = self.run_config();
         let sessions = if built.is_sessions() {
             Some(self.session_config(&built, &load, &mut cfg)?)

@@ -179,6 +179,23 @@ impl Target {
         Self::http(base_url, Protocol::TensorRtLlm)
     }
 
+    /// OpenAI embeddings (`/v1/embeddings`; a batch of inputs a request with
+    /// `WorkloadSpec::inputs_per_request`).
+    pub fn embeddings(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Embeddings)
+    }
+
+    /// Rerank, the Cohere/Jina shape vLLM and llama.cpp serve (`/v1/rerank`).
+    pub fn rerank(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Rerank)
+    }
+
+    /// Audio transcription (`/v1/audio/transcriptions`; recordings from
+    /// `quetta_workload::spec::Source::Audio`).
+    pub fn transcription(base_url: impl Into<String>) -> Self {
+        Self::http(base_url, Protocol::Transcription)
+    }
+
     /// Speak `protocol` (to an HTTP server or the embedded simulator).
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;

@@ -128,6 +128,9 @@ fn llama_cpp_serves_responses_messages_and_its_own_completion() {
     }
 }
 
+/// Embeddings (the server in embeddings mode) and rerank (in rank pooling), 100 requests
+/// each: none failed, every input answered, and the input tokens Quetta counted are the
+/// ones the server's own counter moved by.
 #[test]
 fn llama_cpp_serves_embeddings_and_rerank() {
     let (Some(embed), Some(rerank)) =
@@ -135,10 +138,52 @@ fn llama_cpp_serves_embeddings_and_rerank() {
     else {
         return;
     };
-    let s = run_real(Target::http(&embed, Protocol::Embeddings), Protocol::Embeddings, 4);
-    assert_eq!((s.completed, s.failed, s.total_inputs), (100, 0, 400), "{:?}", s.top_errors);
-    assert_eq!(s.input_token_source, "usage");
-    let s = run_real(Target::http(&rerank, Protocol::Rerank), Protocol::Rerank, 3);
-    assert_eq!((s.completed, s.failed, s.total_inputs), (100, 0, 300), "{:?}", s.top_errors);
-    assert_eq!(s.input_token_source, "usage");
+    for (url, p, per) in [(embed, Protocol::Embeddings, 4), (rerank, Protocol::Rerank, 3)] {
+        let before = counters(&url);
+        let s = run_real(Target::http(&url, p), p, per);
+        let after = counters(&url);
+        assert_eq!(
+            (s.completed, s.failed, s.total_inputs),
+            (100, 0, 100 * u64::from(per)),
+            "{p}: {:?}",
+            s.top_errors
+        );
+        assert_eq!(s.input_token_source, "usage", "{p}");
+        assert_eq!(s.total_input_tokens, after[0] - before[0], "{p}");
+    }
+}
+
+/// The protocol-cost comparison against the real server: every protocol answered every
+/// round, and each difference from chat is put in words from the server's own figures.
+#[test]
+fn protocol_cost_against_llama_cpp() {
+    let Some(url) = quetta_testkit::llama_url() else { return };
+    let mut c = quetta::ProtocolCost::new(Target::openai(&url).model("smollm2"));
+    (c.rounds, c.input_len, c.output_len) = (4, 24, 6);
+    let r = rt().block_on(c.run()).unwrap();
+    let names: Vec<&str> = r.rows.iter().map(|row| row.protocol.as_str()).collect();
+    assert_eq!(
+        names,
+        ["openai-chat", "openai-completions", "openai-responses", "anthropic", "llamacpp"]
+    );
+    for row in &r.rows {
+        assert_eq!((row.completed, row.failed), (4, 0), "{}: {:?}", row.protocol, row.top_error);
+        assert_eq!(row.ttft_ms.count, 4, "{}", row.protocol);
+    }
+    // no chat template on the raw-text protocols: the server counted fewer prompt tokens
+    let tokens =
+        |name: &str| r.rows.iter().find(|x| x.protocol == name).unwrap().input_tokens_mean.unwrap();
+    assert!(
+        tokens("llamacpp") < tokens("openai-chat")
+            && tokens("openai-completions") < tokens("openai-chat")
+    );
+    let why = r.explain();
+    assert_eq!(why.len(), 4, "{why:?}");
+    assert!(
+        why.iter()
+            .any(|w| w.starts_with("llamacpp against openai-chat") && w.contains("prompt tokens")),
+        "{why:?}"
+    );
+    let table = r.render();
+    assert!(table.contains("TTFT-srv") && table.contains("anthropic"), "{table}");
 }
