@@ -187,3 +187,24 @@ fn protocol_cost_against_llama_cpp() {
     let table = r.render();
     assert!(table.contains("TTFT-srv") && table.contains("anthropic"), "{table}");
 }
+
+/// Multi-turn Responses sessions, each turn sending the whole history or chained by
+/// `previous_response_id`: both complete, and the server reads the same conversations (the
+/// simulator rebuilds a chained turn's from the response it stored), so the prompt tokens
+/// it counted are the same, while the chained requests carried only their new messages.
+#[test]
+fn responses_sessions_resend_the_history_or_chain_it() {
+    let run = |chain: bool| {
+        let mut t = common::sim(2, 1).protocol(Protocol::Responses);
+        t.protocol_options.chain_responses = chain;
+        let mut w = WorkloadSpec::profile("mtbench-2turn");
+        w.output_len = Some(8);
+        let mut b = Benchmark::new(t).workload(w).load(Load::closed(2));
+        b.sessions.count = Some(4);
+        b.run_blocking().unwrap().summary
+    };
+    let (whole, chained) = (run(false), run(true));
+    assert_eq!((whole.completed, chained.completed), (8, 8), "{:?}", chained.top_errors);
+    assert_eq!(whole.total_input_tokens, chained.total_input_tokens);
+    assert_eq!(whole.metrics.per_turn[1].completed, 4);
+}
