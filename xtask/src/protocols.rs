@@ -24,10 +24,12 @@ const PROTOCOLS: &[&str] = &[
 
 /// One run: client CPU ms per request and requests per second.
 fn once(root: &Path, nice: u32, protocol: &str, extra: &[&str]) -> Result<(f64, f64)> {
+    // (served as `sim`, the model `bench` names: Triton's path carries it, and a server
+    // refuses another)
     let sim = start_sim(
         &root.join("target/release/quetta-sim"),
         nice,
-        &["--ttft-ms", "0", "--itl-ms", "0"],
+        &["--ttft-ms", "0", "--itl-ms", "0", "--model", "sim"],
     )?;
     let dir = root.join("target/xtask/protocols").join(protocol);
     let mut args = vec![

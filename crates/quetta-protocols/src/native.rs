@@ -433,6 +433,10 @@ pub struct SglangDecoder {
     /// Bytes of output text seen so far, and output tokens.
     text_len: usize,
     tokens: u64,
+    /// The text so far, kept when text is captured: an event's text that does not begin
+    /// with it is a server streaming increments (`--incremental-streaming-output`), not the
+    /// text so far.
+    text: String,
 }
 
 impl SglangDecoder {
@@ -447,7 +451,14 @@ impl SglangDecoder {
             return Err(err);
         }
         let text = e.text.as_deref().unwrap_or("");
-        let new_text = text.get(self.text_len.min(text.len())..).unwrap_or("");
+        let new_text = if self.capture && !text.starts_with(self.text.as_str()) {
+            text // an increment
+        } else {
+            text.get(self.text_len.min(text.len())..).unwrap_or("")
+        };
+        if self.capture {
+            self.text.push_str(new_text);
+        }
         let meta = e.meta_info;
         let tokens = meta.as_ref().and_then(|m| m.completion_tokens);
         // A chunk of tokens: the count went up, or (without counts) the text grew.
@@ -458,7 +469,7 @@ impl SglangDecoder {
         if grew {
             out(EventKind::Content(Delta::of(new_text, self.capture)));
         }
-        self.text_len = self.text_len.max(text.len());
+        self.text_len = if self.capture { self.text.len() } else { self.text_len.max(text.len()) };
         self.tokens = tokens.unwrap_or(self.tokens).max(self.tokens);
         if let Some(m) = meta {
             if let Some(f) = m.finish_reason.filter(|f| !f.is_null()) {
@@ -701,6 +712,28 @@ mod tests {
             ]
         );
         assert_eq!(d.finish_reason.as_deref(), Some("length"));
+    }
+
+    #[test]
+    fn sglang_increments_are_read_as_increments_when_text_is_kept() {
+        let mut d = SglangDecoder::new(true);
+        let (ev, r) = run(
+            &mut d,
+            &[
+                r#"{"text":" The","meta_info":{"completion_tokens":1,"finish_reason":null}}"#,
+                r#"{"text":" cat","meta_info":{"completion_tokens":2,"finish_reason":null}}"#,
+                r#"{"text":" sat on it","meta_info":{"completion_tokens":5,"finish_reason":null}}"#,
+            ],
+        );
+        r.unwrap();
+        let text: String = ev
+            .iter()
+            .filter_map(|e| match e {
+                EventKind::Content(d) => d.text.clone(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, " The cat sat on it");
     }
 
     #[test]
