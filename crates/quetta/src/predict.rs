@@ -315,6 +315,14 @@ impl Benchmark {
     /// [`Benchmark::predict_blocking`] on the caller's runtime.
     pub async fn predict(self, model: &ServerModel) -> Result<BenchReport> {
         model.check().map_err(|(f, m)| Error::config(format!("the server model's {f}: {m}")))?;
+        let kind = self.target.request_kind();
+        if kind != quetta_engine::RequestKind::Generate {
+            return Err(Error::config(format!(
+                "a twin predicts text generation; the {} protocol's requests ({}) are not predicted",
+                self.target.protocol,
+                kind.as_str()
+            )));
+        }
         let p = self.prepare().await?;
         let crate::bench::Prepared { built, cfg, sessions, load, mut notes } = p;
         if sessions.is_some() {
