@@ -44,6 +44,8 @@ pub const CSV_COLUMNS: &[&str] = &[
     "attempts",
     "error_kind",
     "error",
+    "inputs",
+    "audio_s",
 ];
 
 fn quote(s: &str) -> String {
@@ -94,6 +96,8 @@ fn csv_row(r: &RequestRecord) -> String {
         r.attempts.to_string(),
         quote(r.error_kind.as_deref().unwrap_or("")),
         quote(r.error.as_deref().unwrap_or("")),
+        num(r.inputs),
+        num(r.audio_s),
     ];
     cells.join(",")
 }

@@ -32,16 +32,21 @@ pub const SCHEMA: &str = "message request {
   optional double itl_mean_ms;
   required int64 token_chunks;
   optional int64 input_tokens;
+  required binary input_token_source (UTF8);
   optional int64 output_tokens;
+  required binary output_token_source (UTF8);
   optional int64 cached_tokens;
   required int64 planned_input_tokens;
   required int64 planned_output_tokens;
   required boolean streamed;
   optional int32 status;
   optional binary finish_reason (UTF8);
+  optional boolean connection_reused;
   required int32 attempts;
   optional binary error_kind (UTF8);
   optional binary error (UTF8);
+  optional int64 inputs;
+  optional double audio_s;
 }";
 
 /// Writing the Parquet file failed.
@@ -89,16 +94,21 @@ fn columns() -> Vec<(bool, Col)> {
         (true, Col::F64(RequestRecord::itl_mean_ms)),
         (false, Col::I64(|r| Some(i64::from(r.token_chunks)))),
         (true, Col::I64(|r| r.input_tokens.map(i64_of))),
+        (false, Col::Str(|r| Some(r.input_token_source.as_str().to_owned()))),
         (true, Col::I64(|r| r.output_tokens.map(i64_of))),
+        (false, Col::Str(|r| Some(r.output_token_source.as_str().to_owned()))),
         (true, Col::I64(|r| r.cached_tokens.map(i64_of))),
         (false, Col::I64(|r| Some(i64::from(r.planned_input_tokens)))),
         (false, Col::I64(|r| Some(i64::from(r.planned_output_tokens)))),
         (false, Col::Bool(|r| Some(r.streamed))),
         (true, Col::I32(|r| r.status.map(i32::from))),
         (true, Col::Str(|r| r.finish_reason.clone())),
+        (true, Col::Bool(|r| r.connection_reused)),
         (false, Col::I32(|r| Some(r.attempts as i32))),
         (true, Col::Str(|r| r.error_kind.clone())),
         (true, Col::Str(|r| r.error.clone())),
+        (true, Col::I64(|r| r.inputs.map(i64::from))),
+        (true, Col::F64(|r| r.audio_s)),
     ]
 }
 

@@ -84,6 +84,15 @@ fn exports_carry_the_records_values() {
         use parquet::record::Field;
         let reader = SerializedFileReader::new(std::fs::File::open(&pq).unwrap()).unwrap();
         assert_eq!(reader.metadata().file_metadata().num_rows() as usize, recs.len());
+        let names: Vec<String> = reader
+            .metadata()
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .map(|c| c.name().to_owned())
+            .collect();
+        assert_eq!(names, quetta::export::CSV_COLUMNS, "the CSV's columns, in its order");
         let rows: Vec<_> = reader.get_row_iter(None).unwrap().map(Result::unwrap).collect();
         for (row, r) in rows.iter().zip(&recs) {
             let cols: HashMap<&str, &Field> =

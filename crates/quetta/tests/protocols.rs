@@ -56,7 +56,48 @@ fn every_protocol_runs_against_the_simulator_and_reports_what_applies() {
             assert_eq!(per_input.count, 20);
             assert!(text.contains("E2E per input") && text.contains("inputs/s"), "{p}:\n{text}");
         }
+        exports_carry_inputs_and_audio(p, &dir);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// The CSV and Parquet exports of a run carry each record's inputs and seconds of audio.
+fn exports_carry_inputs_and_audio(p: Protocol, dir: &std::path::Path) {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+    let run = quetta::report::RunDir::open(dir).unwrap();
+    let recs = common::lines(&dir.join(quetta::report::files::REQUESTS));
+    let csv = dir.join("r.csv");
+    quetta::export::csv(&run, &csv).unwrap();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let cell = |row: &str, name: &str| {
+        let i = quetta::export::CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        row.split(',').nth(i).unwrap().to_owned()
+    };
+    let pq = dir.join("r.parquet");
+    quetta::export::parquet(&run, &pq).unwrap();
+    let reader = SerializedFileReader::new(std::fs::File::open(&pq).unwrap()).unwrap();
+    let rows: Vec<_> = reader.get_row_iter(None).unwrap().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), recs.len(), "{p}");
+    for ((row, r), line) in rows.iter().zip(&recs).zip(text.lines().skip(1)) {
+        let col = |name: &str| row.get_column_iter().find(|(k, _)| *k == name).unwrap().1.clone();
+        match r["inputs"].as_i64() {
+            Some(n) => {
+                assert_eq!(col("inputs"), Field::Long(n), "{p}");
+                assert_eq!(cell(line, "inputs"), n.to_string(), "{p}");
+            }
+            None => {
+                assert!(p.kind().generates(), "{p}: a record without inputs");
+                assert_eq!((col("inputs"), cell(line, "inputs")), (Field::Null, String::new()));
+            }
+        }
+        match r["audio_s"].as_f64() {
+            Some(a) => {
+                assert_eq!(col("audio_s"), Field::Double(a), "{p}");
+                assert_eq!(cell(line, "audio_s").parse::<f64>().unwrap(), a, "{p}");
+            }
+            None => assert_ne!(p.kind(), quetta::RequestKind::Transcribe, "{p}"),
+        }
     }
 }
 
