@@ -68,7 +68,8 @@ struct Display {
 }
 
 impl Display {
-    fn start(rt: &tokio::runtime::Runtime, control: &Arc<RunControl>, quiet: bool) -> Self {
+    fn start(rt: &tokio::runtime::Runtime, b: &quetta::Benchmark, quiet: bool) -> Self {
+        let (control, first_token) = (&b.control, b.target.request_kind().generates());
         let prefix = Arc::new(std::sync::Mutex::new((String::new(), Instant::now())));
         if quiet {
             return Self { bar: None, prefix, task: None };
@@ -91,7 +92,7 @@ impl Display {
             loop {
                 tick.tick().await;
                 let (prefix, t0) = p.lock().map_or_else(|e| e.into_inner().clone(), |g| g.clone());
-                let live = Live::read(&c.progress, t0.elapsed());
+                let live = Live::read(&c.progress, t0.elapsed(), first_token);
                 match &b {
                     Some(b) => live.draw(b, &prefix),
                     None => eprintln!("[progress] {prefix}{}", live.line()),
@@ -137,11 +138,13 @@ struct Live {
     in_flight: u64,
     elapsed: Duration,
     duration: Option<Duration>,
+    /// Whether the requests generate (have a first token).
+    first_token: bool,
     ttft_p50: Option<f64>,
 }
 
 impl Live {
-    fn read(p: &quetta::Progress, elapsed: Duration) -> Self {
+    fn read(p: &quetta::Progress, elapsed: Duration, first_token: bool) -> Self {
         use std::sync::atomic::Ordering::Relaxed;
         let failed = p.failed.load(Relaxed);
         Self {
@@ -153,6 +156,7 @@ impl Live {
             duration: Some(p.duration_ms.load(Relaxed))
                 .filter(|d| *d > 0)
                 .map(Duration::from_millis),
+            first_token,
             ttft_p50: p.recent_ttft_ms.median(),
         }
     }
@@ -167,13 +171,12 @@ impl Live {
     }
 
     fn counts(&self) -> String {
-        format!(
-            "{} in flight, {} err, {:.1} req/s, TTFT p50 {}",
-            self.in_flight,
-            self.failed,
-            self.rate(),
-            self.ttft_p50.map_or("-".into(), |t| format!("{t:.1} ms"))
-        )
+        let ttft = if self.first_token {
+            format!(", TTFT p50 {}", self.ttft_p50.map_or("-".into(), |t| format!("{t:.1} ms")))
+        } else {
+            String::new()
+        };
+        format!("{} in flight, {} err, {:.1} req/s{ttft}", self.in_flight, self.failed, self.rate())
     }
 
     /// The heartbeat line.
@@ -244,7 +247,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         rt.block_on(b.predict(&model))?
     } else {
         banner(a);
-        let display = Display::start(&rt, &b.control, a.quiet);
+        let display = Display::start(&rt, &b, a.quiet);
         let r = rt.block_on(b.run());
         display.finish();
         r?
@@ -358,7 +361,7 @@ pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
     let rt = runtime(a.run.threads, &b.control)?;
     banner(&a.run);
     let dir = b.output_dir.clone();
-    let display = Arc::new(Display::start(&rt, &b.control, a.run.quiet));
+    let display = Arc::new(Display::start(&rt, &b, a.run.quiet));
     let mut s = Sweep::new(b, steps);
     s.same_prompts = a.same_prompts;
     s.on_step = Some(say(&display));
@@ -423,7 +426,7 @@ pub fn slo(a: SloArgs) -> Result<ExitCode> {
     (s.start, s.max, s.tolerance) = (a.start, a.max, a.tolerance);
     (s.requests_per_probe, s.max_error_rate, s.max_probes) =
         (a.min_requests, a.max_error_rate, a.max_probes);
-    let display = Arc::new(Display::start(&rt, &s.base.control, a.run.quiet));
+    let display = Arc::new(Display::start(&rt, &s.base, a.run.quiet));
     s.on_step = Some(say(&display));
     let report = rt.block_on(s.run());
     if let Ok(d) = Arc::try_unwrap(display) {

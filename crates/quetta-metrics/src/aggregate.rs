@@ -782,9 +782,9 @@ impl Aggregate {
         }
         self.dist(Metric::Itl).add_us(&r.itl_us);
         self.audio_seconds += r.audio_s.unwrap_or(0.0);
-        if let (Some(n), Some(e)) = (r.inputs.filter(|n| *n > 0), r.e2e_ms) {
-            self.inputs += u64::from(n);
-            self.dist(Metric::PerInput).add(e / f64::from(n));
+        if let Some(p) = r.per_input_ms() {
+            self.inputs += u64::from(r.inputs.unwrap_or(0));
+            self.dist(Metric::PerInput).add(p);
         }
         if let Some(m) = r.itl_mean_ms() {
             self.dist(Metric::ItlRequestMean).add(m);

@@ -441,6 +441,13 @@ impl RequestRecord {
         }
     }
 
+    /// E2E per input of a request that embeds or ranks several (docs/METRICS.md, E2E per
+    /// input): its E2E divided by its inputs; none for generation.
+    pub fn per_input_ms(&self) -> Option<f64> {
+        let n = self.inputs.filter(|n| *n > 0)?;
+        Some(self.e2e_ms? / f64::from(n))
+    }
+
     /// The request's mean gap between token-bearing chunks (ms): the one definition of
     /// `itl_mean` (the per-request mean ITL; `itl` is every gap, pooled over the run).
     /// `None` without gaps (one chunk, or not streamed).

@@ -45,6 +45,12 @@ impl SloMetric {
         }
     }
 
+    /// Whether requests of this kind have the metric: every request has an E2E, only
+    /// requests that generate have a first token or gaps between tokens.
+    pub fn applies_to(self, kind: quetta_engine::RequestKind) -> bool {
+        self == Self::E2e || kind.generates()
+    }
+
     /// The distribution of the summary this metric's run-level objectives read.
     pub fn metric(self) -> Metric {
         match self {

@@ -65,7 +65,8 @@ pub fn figure(v: Option<f64>) -> String {
     )
 }
 
-/// The columns of a sweep table after the load column: (header, key in sweep.json steps).
+/// The columns of a sweep table after the load column: (header, key in sweep.json steps),
+/// for steps that generate (chat, completions, transcriptions...).
 pub const SWEEP_COLUMNS: [(&str, &str); 9] = [
     ("req/s", "request_throughput"),
     ("req/min", "requests_per_minute"),
@@ -74,6 +75,20 @@ pub const SWEEP_COLUMNS: [(&str, &str); 9] = [
     ("E2E p99", "e2e_p99_ms"),
     ("TTFT p50", "ttft_p50_ms"),
     ("ITL p50", "itl_p50_ms"),
+    ("ok", "completed"),
+    ("errors", "failed"),
+];
+
+/// The columns of a sweep table of steps that embed or rank: inputs instead of tokens, and
+/// no first token or gaps.
+pub const INPUT_SWEEP_COLUMNS: [(&str, &str); 9] = [
+    ("req/s", "request_throughput"),
+    ("req/min", "requests_per_minute"),
+    ("inputs/s", "input_throughput"),
+    ("in tok/s", "input_token_throughput"),
+    ("E2E p50", "e2e_p50_ms"),
+    ("E2E p99", "e2e_p99_ms"),
+    ("E2E/in p50", "per_input_p50_ms"),
     ("ok", "completed"),
     ("errors", "failed"),
 ];

@@ -155,7 +155,9 @@ impl CompareReport {
 }
 
 /// The per-request metrics a comparison tests.
-const PER_REQUEST: [&str; 4] = ["ttft_ms", "tpot_ms", "itl_request_mean_ms", "e2e_ms"];
+/// (`per_input_ms` of runs that embed or rank: E2E per input.)
+const PER_REQUEST: [&str; 5] =
+    ["ttft_ms", "tpot_ms", "itl_request_mean_ms", "e2e_ms", "per_input_ms"];
 
 /// Values a comparison tests per metric and side: every value of a run of up to this many
 /// requests, a seeded uniform sample of this many of a larger one.
@@ -165,7 +167,7 @@ pub const COMPARE_SAMPLE: usize = 50_000;
 /// same file gives the same sample).
 type Sample = Reservoir;
 
-fn samples(n: usize) -> [Sample; 4] {
+fn samples(n: usize) -> [Sample; 5] {
     std::array::from_fn(|_| Reservoir::new(n, 42))
 }
 
@@ -175,14 +177,21 @@ fn value(r: &RequestRecord, metric: usize) -> Option<f64> {
         0 => r.ttft_ms,
         1 => r.tpot_ms,
         2 => r.itl_mean_ms(),
-        _ => r.e2e_ms,
+        3 => r.e2e_ms,
+        _ => r.per_input_ms(),
     }
 }
 
 /// The summary's median of a metric of [`PER_REQUEST`] (its histogram, 3 significant digits).
 fn summary_median(s: &Summary, metric: usize) -> Option<f64> {
     let m = &s.metrics;
-    [&m.ttft_ms, &m.tpot_ms, &m.itl_request_mean_ms, &m.e2e_ms][metric.min(3)].p50
+    match metric {
+        0 => m.ttft_ms.p50,
+        1 => m.tpot_ms.p50,
+        2 => m.itl_request_mean_ms.p50,
+        3 => m.e2e_ms.p50,
+        _ => m.per_input_ms.as_ref().and_then(|p| p.p50),
+    }
 }
 
 /// One side of a comparison: a Quetta run directory, or the result file of
@@ -195,12 +204,14 @@ pub struct CompareSide {
     summary: Option<Box<Summary>>,
     /// Per-request values of each metric of [`PER_REQUEST`], completed requests only (ms):
     /// all of them, or a sample of [`COMPARE_SAMPLE`].
-    values: [Sample; 4],
+    values: [Sample; 5],
     /// Each metric's median over every completed request: exact, or (a run of more than
     /// [`COMPARE_SAMPLE`] requests) its summary's p50.
-    medians: [Option<f64>; 4],
+    medians: [Option<f64>; 5],
     request_throughput: f64,
     output_token_throughput: f64,
+    /// Inputs per second of a run that embeds or ranks (none for generation).
+    input_throughput: Option<f64>,
     /// A vLLM result file: its model, date (`YYYYMMDD-HHMMSS`), label, and whether it held
     /// per-request latencies.
     vllm: Option<VllmSide>,
@@ -273,7 +284,7 @@ impl CompareSide {
             }
         })?;
         // a sample's median is an estimate: the summary's is of every request
-        let medians = [0, 1, 2, 3].map(|i| {
+        let medians = [0, 1, 2, 3, 4].map(|i| {
             if values[i].whole() {
                 median(&values[i].kept)
             } else {
@@ -286,6 +297,7 @@ impl CompareSide {
             medians,
             request_throughput: s.metrics.request_throughput,
             output_token_throughput: s.metrics.output_token_throughput,
+            input_throughput: (!s.target.kind.generates()).then_some(s.metrics.input_throughput),
             summary: Some(Box::new(s)),
             vllm: None,
         })
@@ -327,7 +339,7 @@ impl CompareSide {
                 l.len()
             )));
         }
-        let mut all: [Vec<f64>; 4] = Default::default();
+        let mut all: [Vec<f64>; 5] = Default::default();
         for i in 0..n {
             if v.errors.get(i).is_some_and(|e| !e.is_empty()) {
                 continue;
@@ -348,7 +360,7 @@ impl CompareSide {
             all[3].push(e2e);
         }
         // the file is in memory whole: its medians are exact whatever its size
-        let medians = [0, 1, 2, 3].map(|i| median(&all[i]));
+        let medians = [0, 1, 2, 3, 4].map(|i| median(&all[i]));
         let mut values = samples(sample);
         for (s, a) in values.iter_mut().zip(all) {
             for x in a {
@@ -362,6 +374,7 @@ impl CompareSide {
             medians,
             request_throughput: v.request_throughput,
             output_token_throughput: v.output_throughput,
+            input_throughput: None,
             vllm: Some(VllmSide {
                 model: v.model_id,
                 date: v.date,
@@ -511,9 +524,9 @@ fn context_notes(b: &CompareSide, c: &CompareSide, opts: &CompareOptions) -> (Ve
 /// Per metric of [`PER_REQUEST`]: the bootstrap interval of the difference of medians and
 /// the Mann-Whitney p-value over the kept values (`None` with fewer than 2 on a side), the
 /// metrics on threads of their own (the bootstrap is the cost of a comparison).
-fn tests(b: &CompareSide, c: &CompareSide, resamples: usize) -> [Option<((f64, f64), f64)>; 4] {
+fn tests(b: &CompareSide, c: &CompareSide, resamples: usize) -> [Option<((f64, f64), f64)>; 5] {
     std::thread::scope(|sc| {
-        let jobs: Vec<_> = (0..4)
+        let jobs: Vec<_> = (0..5)
             .map(|i| {
                 let (x, y) = (&b.values[i].kept, &c.values[i].kept);
                 sc.spawn(move || {
@@ -525,7 +538,7 @@ fn tests(b: &CompareSide, c: &CompareSide, resamples: usize) -> [Option<((f64, f
                 })
             })
             .collect();
-        let mut out = [None; 4];
+        let mut out = [None; 5];
         for (o, j) in out.iter_mut().zip(jobs) {
             *o = j.join().unwrap_or(None);
         }
@@ -597,10 +610,13 @@ pub fn compare_sides(
             sampled: (!x.whole() || !y.whole()).then_some([x.kept.len(), y.kept.len()]),
         });
     }
-    for (k, x, y) in [
-        ("request_throughput", b.request_throughput, c.request_throughput),
-        ("output_token_throughput", b.output_token_throughput, c.output_token_throughput),
-    ] {
+    // the second throughput is of what the runs produce: output tokens, or inputs for runs
+    // that embed or rank
+    let volume = match (b.input_throughput, c.input_throughput) {
+        (Some(x), Some(y)) => ("input_throughput", x, y),
+        _ => ("output_token_throughput", b.output_token_throughput, c.output_token_throughput),
+    };
+    for (k, x, y) in [("request_throughput", b.request_throughput, c.request_throughput), volume] {
         metrics.push(MetricComparison {
             metric: k.into(),
             baseline_median: None,

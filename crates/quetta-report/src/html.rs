@@ -256,6 +256,24 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
             .map(|(i, r)| named(&label(i), r.summary.aggregate.cdf(m, CDF_POINTS)))
             .collect()
     };
+    // steps that embed or rank count inputs, not output tokens
+    let volume = if s.sweep.counts_inputs() {
+        line(
+            &format!("Inputs vs {kind}"),
+            unit,
+            "inputs per second",
+            vec![named("inputs/s", pts("input_throughput"))],
+            true,
+        )
+    } else {
+        line(
+            &format!("Output tokens vs {kind}"),
+            unit,
+            "output tokens per second",
+            vec![named("output tok/s", pts("output_token_throughput"))],
+            true,
+        )
+    };
     drawable(vec![
         line(
             &format!("Throughput vs {kind}"),
@@ -264,17 +282,12 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
             vec![named("request throughput", pts("request_throughput"))],
             true,
         ),
-        line(
-            &format!("Output tokens vs {kind}"),
-            unit,
-            "output tokens per second",
-            vec![named("output tok/s", pts("output_token_throughput"))],
-            true,
-        ),
+        volume,
         pair("TTFT", "ttft"),
         pair("ITL", "itl"),
         pair("TPOT", "tpot"),
         pair("E2E", "e2e"),
+        pair("E2E per input", "per_input"),
         line(
             "Latency–throughput trade-off",
             "total output tokens per second",
@@ -294,6 +307,13 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
             "end-to-end latency (ms)",
             "share of requests",
             step_cdf(Metric::E2e),
+            false,
+        ),
+        line(
+            "E2E per input CDF by step",
+            "end-to-end latency per input (ms)",
+            "share of requests",
+            step_cdf(Metric::PerInput),
             false,
         ),
     ])
@@ -550,9 +570,12 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
         s,
         "<tr><td>peak</td><td>{}</td></tr>",
         sw.sweep.peak.as_ref().map_or("none (no step ran to its end)".into(), |p| format!(
-            "{:.2} req/s, {:.1} output tok/s at {kind} {}",
+            "{:.2} req/s, {} at {kind} {}",
             p.request_throughput,
-            p.output_token_throughput,
+            match p.input_throughput {
+                Some(i) => format!("{i:.1} inputs/s"),
+                None => format!("{:.1} output tok/s", p.output_token_throughput),
+            },
             ms(Some(p.value()))
         ))
     );
@@ -569,13 +592,13 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
         let _ = write!(s, "<p class=\"note\">{}</p>", esc(n));
     }
     s.push_str("<h2>Sweep</h2><table><tr>");
-    for h in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0)) {
+    for h in std::iter::once(kind).chain(sw.sweep.columns().iter().map(|c| c.0)) {
         let _ = write!(s, "<th>{h}</th>");
     }
     s.push_str("</tr>");
     for st in &sw.sweep.steps {
         s.push_str("<tr>");
-        for k in std::iter::once(kind).chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1)) {
+        for k in std::iter::once(kind).chain(sw.sweep.columns().iter().map(|c| c.1)) {
             let _ = write!(s, "<td>{}</td>", ms(st.column(k)));
         }
         if let Some(p) = st.partial_label() {

@@ -373,12 +373,12 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
     note_lines(&mut p, &sw.sweep.notes);
     p.y += 2.0;
     let mut rows = vec![std::iter::once(kind)
-        .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.0))
+        .chain(sw.sweep.columns().iter().map(|c| c.0))
         .map(str::to_owned)
         .collect::<Vec<_>>()];
     for st in &sw.sweep.steps {
         let mut row: Vec<String> = std::iter::once(kind)
-            .chain(crate::chart::SWEEP_COLUMNS.iter().map(|c| c.1))
+            .chain(sw.sweep.columns().iter().map(|c| c.1))
             .map(|k| fmt(st.column(k)))
             .collect();
         if st.partial {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::chart::{figure, SWEEP_COLUMNS};
+use crate::chart::{figure, INPUT_SWEEP_COLUMNS, SWEEP_COLUMNS};
 use crate::summary::Summary;
 
 /// What a sweep varies.
@@ -68,12 +68,25 @@ pub struct SweepStep {
     pub errors: BTreeMap<String, u64>,
     /// The step was cut short (Ctrl-C, out of workload, stop-on-saturation).
     pub partial: bool,
+    /// Steps that embed or rank: inputs per second (absent for generation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_throughput: Option<f64>,
+    /// Steps that embed or rank: input tokens per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_token_throughput: Option<f64>,
+    /// Steps that embed or rank: E2E per input, p50 and p99 (docs/METRICS.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_input_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_input_p99_ms: Option<f64>,
 }
 
 impl SweepStep {
     /// A step's row from its summary.
     pub fn of(kind: SweepKind, value: f64, dir: &str, s: &Summary) -> Self {
         let m = &s.metrics;
+        let inputs = !s.target.kind.generates();
+        let per_input = m.per_input_ms.as_ref().filter(|_| inputs);
         Self {
             concurrency: (kind == SweepKind::Concurrency).then_some(value),
             rate: (kind == SweepKind::Rate).then_some(value),
@@ -95,6 +108,10 @@ impl SweepStep {
             itl_p99_ms: m.itl_ms.p99,
             errors: m.errors.clone(),
             partial: s.partial,
+            input_throughput: inputs.then_some(m.input_throughput),
+            input_token_throughput: inputs.then_some(m.input_token_throughput),
+            per_input_p50_ms: per_input.and_then(|p| p.p50),
+            per_input_p99_ms: per_input.and_then(|p| p.p99),
         }
     }
 
@@ -123,6 +140,10 @@ impl SweepStep {
             "tpot_p99_ms" => return self.tpot_p99_ms,
             "itl_p50_ms" => return self.itl_p50_ms,
             "itl_p99_ms" => return self.itl_p99_ms,
+            "input_throughput" => return self.input_throughput,
+            "input_token_throughput" => return self.input_token_throughput,
+            "per_input_p50_ms" => return self.per_input_p50_ms,
+            "per_input_p99_ms" => return self.per_input_p99_ms,
             "completed" => self.completed as f64,
             "failed" => self.failed as f64,
             _ => return None,
@@ -185,18 +206,33 @@ impl SweepReport {
         }
     }
 
+    /// Whether the steps embed or rank (their rows count inputs, not tokens).
+    pub fn counts_inputs(&self) -> bool {
+        self.steps.iter().any(|s| s.input_throughput.is_some())
+    }
+
+    /// The columns of the table after the load column, as they apply to the steps:
+    /// (header, key of [`SweepStep::column`]).
+    pub fn columns(&self) -> &'static [(&'static str, &'static str)] {
+        if self.counts_inputs() {
+            &INPUT_SWEEP_COLUMNS
+        } else {
+            &SWEEP_COLUMNS
+        }
+    }
+
     /// The terminal table.
     pub fn table(&self) -> String {
         let label = self.kind.as_str();
         let mut s = String::new();
         let _ = write!(s, "{label:>12}");
-        for (h, _) in SWEEP_COLUMNS {
+        for (h, _) in self.columns() {
             let _ = write!(s, "{h:>11}");
         }
         s.push('\n');
         for st in &self.steps {
             let _ = write!(s, "{:>12}", figure(Some(st.value())));
-            for (_, k) in SWEEP_COLUMNS {
+            for (_, k) in self.columns() {
                 let _ = write!(s, "{:>11}", figure(st.column(k)));
             }
             if let Some(p) = st.partial_label() {
@@ -212,9 +248,12 @@ impl SweepReport {
     pub fn render(&self, dir: Option<&std::path::Path>) -> String {
         let mut s = format!("\n== Quetta sweep ==\n{}", self.table());
         if let Some(p) = &self.peak {
+            let inputs = p
+                .input_throughput
+                .map_or(String::new(), |i| format!(" ({} inputs/s)", figure(Some(i))));
             let _ = writeln!(
                 s,
-                "peak       {} req/s at {} {}",
+                "peak       {} req/s{inputs} at {} {}",
                 figure(Some(p.request_throughput)),
                 self.kind.as_str(),
                 figure(Some(p.value()))

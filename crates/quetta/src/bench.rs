@@ -384,6 +384,13 @@ impl Benchmark {
                 "--reset-prefix-cache needs a server's own endpoint; managed endpoints have none",
             ));
         }
+        let kind = self.target.request_kind();
+        if let Some(o) = self.slos.iter().flat_map(|s| &s.0).find(|o| !o.metric.applies_to(kind)) {
+            return Err(Error::config(format!(
+                "the objective {o} does not apply: {p} requests ({}) have no first token and no gaps between tokens; of the objectives only e2e applies to them",
+                kind.as_str()
+            )));
+        }
         for p in &self.percentiles {
             if !(*p > 0.0 && *p < 100.0) {
                 return Err(Error::config(format!("--percentiles: {p} is not between 0 and 100")));

@@ -249,3 +249,102 @@ fn responses_sessions_resend_the_history_or_chain_it() {
     assert_eq!(whole.total_input_tokens, chained.total_input_tokens);
     assert_eq!(whole.metrics.per_turn[1].completed, 4);
 }
+
+/// The run-level machinery on protocols that embed or rank: a sweep counts inputs (its
+/// table, sweep.json and charts), a comparison tests E2E per input, an SLO search bounds
+/// E2E, an objective on tokens is refused, and shards merge into the runs' inputs.
+#[test]
+fn sweeps_searches_comparisons_and_shards_of_embeddings_and_rankings() {
+    use quetta::report::{files, schema, MergeOptions, RunDir};
+    use quetta::{SearchOver, Sharding, SloSearch, Sweep};
+    let d = tmpdir("protocol-ops");
+    let base = |p: Protocol| {
+        Benchmark::new(common::sim(4, 1).protocol(p))
+            .workload(spec(p, 16, 1, if p.takes_batches() { 4 } else { 1 }))
+            .requests(24)
+    };
+    // a sweep of batched embeddings: inputs, never tokens
+    let sw = d.join("sweep");
+    let report =
+        Sweep::concurrencies(base(Protocol::Embeddings).output_dir(&sw), vec![1, 4]).run_blocking();
+    let report = report.unwrap();
+    common::validate(schema::SWEEP, &common::json(&sw.join("sweep.json")), "sweep.json");
+    for st in &report.steps {
+        let s = RunDir::open(&st.dir).unwrap().read_summary().unwrap();
+        assert_eq!(s.metrics.total_inputs, 96, "24 requests of 4 inputs");
+        assert_eq!(st.input_throughput, Some(s.metrics.input_throughput));
+        assert_eq!(st.per_input_p50_ms, s.metrics.per_input_ms.as_ref().unwrap().p50);
+    }
+    let table = report.render(None);
+    assert!(table.contains("inputs/s") && table.contains("E2E/in p50"), "{table}");
+    assert!(!table.contains("TTFT") && !table.contains("out tok/s"), "{table}");
+    let quetta::report::html::Results::Sweep(data) = quetta::report::html::load(&sw).unwrap()
+    else {
+        panic!("a sweep directory")
+    };
+    let titles: Vec<String> =
+        quetta::report::html::sweep_charts(&data).into_iter().map(|c| c.title).collect();
+    for t in ["Inputs vs concurrency", "E2E per input vs concurrency", "E2E per input CDF by step"]
+    {
+        assert!(titles.iter().any(|x| x == t), "{t} in {titles:?}");
+    }
+    assert!(
+        !titles.iter().any(|t| t.contains("TTFT") || t.contains("Output tokens")),
+        "{titles:?}"
+    );
+
+    // a comparison of the two steps tests E2E per input, the records' own E2E ÷ inputs
+    let (a, b) = (&report.steps[0].dir, &report.steps[1].dir);
+    let c = quetta::compare(
+        &RunDir::open(a).unwrap(),
+        &RunDir::open(b).unwrap(),
+        &quetta::CompareOptions::default(),
+    )
+    .unwrap();
+    let names: Vec<&str> = c.metrics.iter().map(|m| m.metric.as_str()).collect();
+    assert_eq!(names, ["e2e_ms", "per_input_ms", "request_throughput", "input_throughput"]);
+    let mut per: Vec<f64> = common::lines(&std::path::Path::new(a).join(files::REQUESTS))
+        .iter()
+        .map(|r| r["e2e_ms"].as_f64().unwrap() / r["inputs"].as_f64().unwrap())
+        .collect();
+    per.sort_by(f64::total_cmp);
+    let median = f64::midpoint(per[11], per[12]);
+    assert!((c.metrics[1].baseline_median.unwrap() - median).abs() < 1e-9, "{median}");
+
+    // objectives on tokens do not apply to a ranking; on E2E they do
+    let e = base(Protocol::Rerank)
+        .slos("ttft:p99<40ms".parse().unwrap())
+        .run_blocking()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ttft:p99<40ms does not apply") && e.contains("rank"), "{e}");
+    let mut s = SloSearch::new(
+        base(Protocol::Rerank).output_dir(d.join("slo")),
+        "e2e:p99<2s".parse().unwrap(),
+    );
+    (s.over, s.start, s.max, s.requests_per_probe) = (SearchOver::Concurrency, 1.0, 2.0, 24);
+    let r = s.run_blocking().unwrap();
+    assert_eq!(r.answer, Some(2.0), "{:?}", r.probes);
+    assert!(r.probes.iter().all(|p| p.values.contains_key("e2e_ms_p99")));
+
+    // two shards of a score run, alone, merged: the union of their inputs
+    let dirs: Vec<std::path::PathBuf> = (0..2)
+        .map(|k| {
+            let dir = d.join(format!("shard-{k}"));
+            let mut b = base(Protocol::Score).output_dir(&dir);
+            b.sharding = Some(Sharding::alone(quetta::Shard::new(k, 2).unwrap()));
+            b.run_blocking().unwrap();
+            dir
+        })
+        .collect();
+    let parts: Vec<u64> = dirs
+        .iter()
+        .map(|x| RunDir::open(x).unwrap().read_summary().unwrap().metrics.total_inputs)
+        .collect();
+    let m = quetta::report::merge(&dirs, &d.join("merged"), &MergeOptions::default()).unwrap();
+    assert_eq!(m.metrics.total_inputs, parts.iter().sum::<u64>());
+    assert_eq!(m.metrics.completed, 24);
+    assert!(m.metrics.per_input_ms.is_some() && m.metrics.ttft_ms.count == 0);
+    validate_run_dir(&d.join("merged"));
+    let _ = std::fs::remove_dir_all(&d);
+}
