@@ -20,6 +20,7 @@ const PROTOCOLS: &[&str] = &[
     "tgi-generate",
     "sglang-generate",
     "tensorrt-llm",
+    "kserve-grpc",
 ];
 
 /// One run: client CPU ms per request and requests per second.

@@ -116,6 +116,8 @@ pub struct Fetched {
     pub status: u16,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The trailers, where the body had them (gRPC's status).
+    pub trailers: Option<HeaderMap>,
 }
 
 impl Transport {
@@ -201,12 +203,12 @@ impl Transport {
             };
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let body = Limited::new(resp.into_body(), max_bytes)
+            let collected = Limited::new(resp.into_body(), max_bytes)
                 .collect()
                 .await
-                .map_err(|e| EngineError::ConnectionClosed(format!("reading the body: {e}")))?
-                .to_bytes();
-            Ok(Fetched { status, headers, body })
+                .map_err(|e| EngineError::ConnectionClosed(format!("reading the body: {e}")))?;
+            let trailers = collected.trailers().cloned();
+            Ok(Fetched { status, headers, body: collected.to_bytes(), trailers })
         };
         tokio::time::timeout(timeout, fut)
             .await
@@ -225,6 +227,11 @@ pub trait BodyDecoder: Send {
     /// A body frame of a streamed response: push the events it completes, in order. An
     /// `Err` fails the request.
     fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError>;
+    /// The body's trailers (gRPC's status): an `Err` fails the request. Called in order
+    /// with the body's frames, streamed or not.
+    fn on_trailers(&mut self, _trailers: &http::HeaderMap) -> Result<(), EngineError> {
+        Ok(())
+    }
     /// The streamed body ended: flush what is buffered.
     fn on_end(&mut self, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError>;
     /// The whole body of a non-streamed response.
@@ -717,9 +724,18 @@ impl Stream for ResponseStream {
                     Poll::Ready(Some(Ok(frame))) => {
                         let now = Instant::now(); // before any parsing
                         let at = this.arrival_stamp(now);
-                        if let Ok(data) = frame.into_data() {
-                            this.on_data(at, &data);
-                            this.frame += 1;
+                        match frame.into_data() {
+                            Ok(data) => {
+                                this.on_data(at, &data);
+                                this.frame += 1;
+                            }
+                            Err(frame) => {
+                                if let Some(Err(e)) =
+                                    frame.trailers_ref().map(|t| this.body.on_trailers(t))
+                                {
+                                    this.fail(at, e);
+                                }
+                            }
                         }
                     }
                     Poll::Ready(Some(Err(e))) => {

@@ -10,7 +10,8 @@
 //!   ([`anthropic`]), the engines' own generate APIs ([`native`]: llama.cpp, TGI, SGLang,
 //!   Triton/TensorRT-LLM);
 //! - plain JSON: embeddings, pooling, rerank and score ([`pooling`]);
-//! - multipart uploads: audio transcription ([`audio`]).
+//! - multipart uploads: audio transcription ([`audio`]);
+//! - gRPC over HTTP/2: KServe v2's `GRPCInferenceService` ([`kserve`]).
 //!
 //! Adding a protocol is a [`Wire`] (its body and its decoder), its simulator side in
 //! `quetta-sim`, and one entry in [`Protocol`]'s table: nothing in the runner or the
@@ -21,6 +22,7 @@ pub mod anthropic;
 pub mod audio;
 mod common;
 mod engine;
+pub mod kserve;
 pub mod native;
 pub mod pooling;
 pub mod responses;
@@ -83,6 +85,9 @@ pub enum Protocol {
     Score,
     /// Audio transcription (`/v1/audio/transcriptions`, multipart).
     Transcription,
+    /// KServe v2 over gRPC (Triton, KServe): `ModelStreamInfer` with TensorRT-LLM's
+    /// ensemble tensors.
+    KserveGrpc,
 }
 
 /// One row of the registry.
@@ -275,6 +280,15 @@ const TABLE: &[ProtocolInfo] = &[
         path: "/v1/audio/transcriptions",
         about: "audio transcription: a recording uploaded (multipart), its text streamed",
     },
+    ProtocolInfo {
+        protocol: Protocol::KserveGrpc,
+        name: "kserve-grpc",
+        endpoint: "kserve_grpc",
+        aliases: &["triton-grpc"],
+        kind: RequestKind::Generate,
+        path: "/inference.GRPCInferenceService/ModelStreamInfer",
+        about: "KServe v2 over gRPC (Triton, KServe; grpc:// or grpcs://), TensorRT-LLM's ensemble tensors",
+    },
 ];
 
 impl Protocol {
@@ -337,6 +351,7 @@ impl Protocol {
                 | Self::Sglang
                 | Self::TensorRtLlm
                 | Self::TeiRerank
+                | Self::KserveGrpc
         )
     }
 
@@ -372,7 +387,7 @@ impl Protocol {
     /// (`None`: the protocol needs one named, or lists them).
     pub fn default_model(self) -> Option<&'static str> {
         match self {
-            Self::TensorRtLlm => Some("ensemble"),
+            Self::TensorRtLlm | Self::KserveGrpc => Some("ensemble"),
             Self::LlamaCpp | Self::Tgi | Self::Sglang | Self::TeiRerank => Some("default"),
             _ => None,
         }
@@ -413,6 +428,7 @@ impl Protocol {
             Self::TeiRerank => Box::new(pooling::Rank::TEI),
             Self::Score => Box::new(pooling::Rank::SCORE),
             Self::Transcription => Box::new(audio::Transcription),
+            Self::KserveGrpc => Box::new(kserve::KserveGrpc),
         })
     }
 }
@@ -457,6 +473,15 @@ pub fn engine(
     mut cfg: OpenAiConfig,
     opts: Options,
 ) -> Result<Arc<dyn Engine>, BuildError> {
+    if protocol == Protocol::KserveGrpc {
+        // gRPC is HTTP/2: grpc:// without TLS (prior knowledge), grpcs:// with it
+        cfg.http2 = true;
+        if let Some(rest) = cfg.base_url.strip_prefix("grpc://") {
+            cfg.base_url = format!("http://{rest}");
+        } else if let Some(rest) = cfg.base_url.strip_prefix("grpcs://") {
+            cfg.base_url = format!("https://{rest}");
+        }
+    }
     match protocol.wire(opts) {
         Some(w) => Ok(Arc::new(HttpEngine::new(cfg, w)?)),
         None => {

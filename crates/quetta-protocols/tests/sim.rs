@@ -1,4 +1,4 @@
-//! Every generation protocol against the strict simulator: a streamed and a whole answer
+//! Every generation protocol against the strict simulator (KServe's gRPC too): a streamed and a whole answer
 //! whose token counts are the server's own, a wrong key refused in the service's words, a
 //! malformed frame and an error mid-stream as clear failures, and Responses' chained turns.
 //! What the client reports is compared with the simulator's own record of each request.
@@ -13,7 +13,7 @@ use quetta_protocols::{Options, Protocol};
 use quetta_sim::faults::FaultRule;
 use quetta_sim::{SimConfig, SimRecord, Simulator};
 
-const GENERATION: [Protocol; 8] = [
+const GENERATION: [Protocol; 9] = [
     Protocol::Chat,
     Protocol::Completions,
     Protocol::Responses,
@@ -22,6 +22,7 @@ const GENERATION: [Protocol; 8] = [
     Protocol::Tgi,
     Protocol::Sglang,
     Protocol::TensorRtLlm,
+    Protocol::KserveGrpc,
 ];
 
 fn sim(key: Option<&str>, faults: &[&str]) -> Simulator {
@@ -85,7 +86,7 @@ fn each_protocol_streams_and_counts_as_the_server_does() {
             let server = last(&s);
             assert!(r.ok(), "{p} stream={stream}: {:?}", r.error);
             assert_eq!(server.completion_tokens, 7);
-            if p == Protocol::TensorRtLlm {
+            if matches!(p, Protocol::TensorRtLlm | Protocol::KserveGrpc) {
                 // Triton reports no usage: one response per token is counted, streamed;
                 // a whole answer is one response (a tokenizer counts it: docs/METRICS.md)
                 assert_eq!(r.output_token_source, TokenSource::Chunks, "{p}");
@@ -119,13 +120,19 @@ fn a_wrong_key_is_refused_in_the_services_words_and_the_right_one_taken() {
             true,
             None,
         ));
-        assert_eq!(r.status, Some(401), "{p}");
+        // gRPC answers a refused call with HTTP 200 and its own status (UNAUTHENTICATED)
+        let status = if p == Protocol::KserveGrpc { 200 } else { 401 };
+        assert_eq!(r.status, Some(status), "{p}");
         let err = r.error.clone().unwrap_or_default();
         assert!(!err.contains("wrong-key") && !err.contains("right-key"), "{p}: a key in {err}");
         match p {
             Protocol::Messages => {
                 assert_eq!(r.error_kind.as_deref(), Some("auth"), "{p}: {err}");
                 assert!(err.contains("invalid x-api-key"), "{p}: {err}");
+            }
+            Protocol::KserveGrpc => {
+                assert_eq!(r.error_kind.as_deref(), Some("auth"), "{p}: {err}");
+                assert!(err.contains("UNAUTHENTICATED: Incorrect API key"), "{p}: {err}");
             }
             _ => assert_eq!(r.error_kind.as_deref(), Some("http_4xx"), "{p}: {err}"),
         }
@@ -161,6 +168,8 @@ fn a_malformed_frame_and_an_error_mid_stream_fail_clearly() {
                 } else {
                     "simulated engine failure"
                 }
+            } else if p == Protocol::KserveGrpc {
+                "a bad message"
             } else {
                 words
             };
@@ -328,4 +337,44 @@ fn a_transcription_uploads_its_recording_and_streams_its_text() {
     let r = rt.block_on(send(e.as_ref(), bad, true, None));
     assert_eq!(r.status, Some(400));
     assert!(r.error.unwrap().contains("Invalid file format"));
+}
+
+/// KServe's `ModelStreamInfer` with the ensemble's `stream` input false: one response with
+/// the whole text, flagged final, as Triton answers it (the client itself sends a request
+/// that is not streamed to `ModelInfer`).
+#[test]
+fn kserve_stream_call_of_a_request_not_streamed_is_one_final_response() {
+    use quetta_http::BodyDecoder;
+    use quetta_protocols::kserve::{self, KserveDecoder};
+    let rt = rt();
+    let s = sim(None, &[]);
+    let mut req = EngineRequest::new(3, Prompt::Text("one two".into()));
+    req.max_tokens = Some(4);
+    req.stream = false;
+    let body = kserve::frame(&kserve::KserveGrpc::request(&s.config().model, &req).unwrap());
+    let uri = format!("{}{}/ModelStreamInfer", s.base_url(), kserve::SERVICE);
+    let request = http::Request::post(uri)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let t = quetta_http::Transport::new(&quetta_http::TransportConfig {
+        http2: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let got = rt.block_on(t.fetch(request, Duration::from_secs(10), 1 << 20)).unwrap();
+    let trailers = got.trailers.expect("the status in the trailers");
+    assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+    let mut d = KserveDecoder::new(true, true, 1 << 20);
+    let mut texts = Vec::new();
+    d.on_data(&got.body, &mut |k| {
+        if let quetta_engine::EventKind::Content(c) = k {
+            texts.push(c.text.unwrap_or_default());
+        }
+    })
+    .unwrap();
+    assert_eq!(texts.len(), 1, "{texts:?}");
+    assert_eq!(texts[0].split_whitespace().count(), 4);
+    assert!(d.is_done(), "the one response is flagged final");
 }

@@ -29,6 +29,9 @@ pub(crate) enum Dialect {
     Triton,
     /// Audio transcription (a multipart upload; vLLM's stream shape).
     Transcription,
+    /// KServe v2 over gRPC: Triton's ensemble, its events carried as protobuf responses
+    /// (`crate::grpc`).
+    Grpc,
 }
 
 /// A request refused: its status, the service's error type and message.
@@ -72,6 +75,8 @@ pub(crate) fn route(path: &str, model: &str) -> Option<Result<Route, Refusal>> {
         "/generate_stream" => r(Dialect::Tgi, Some(true)),
         "/generate" => r(Dialect::Sglang, None),
         "/v1/audio/transcriptions" | "/v1/audio/translations" => r(Dialect::Transcription, None),
+        "/inference.GRPCInferenceService/ModelStreamInfer" => r(Dialect::Grpc, Some(true)),
+        "/inference.GRPCInferenceService/ModelInfer" => r(Dialect::Grpc, Some(false)),
         _ => {
             let rest = path.strip_prefix("/v2/models/")?;
             let (m, op) = rest.rsplit_once('/')?;
@@ -138,7 +143,7 @@ impl Dialect {
             Dialect::LlamaCpp => llamacpp(b),
             Dialect::Tgi => tgi(b, stream.unwrap_or(false)),
             Dialect::Sglang => sglang(b),
-            Dialect::Triton => triton(b, stream.unwrap_or(false)),
+            Dialect::Triton | Dialect::Grpc => triton(b, stream.unwrap_or(false)),
             // its body is a multipart upload, put into the internal shape by `crate::audio`
             Dialect::Transcription => Ok(Value::Object(b)),
         }
@@ -152,7 +157,7 @@ impl Dialect {
                 json!({"type": "error", "error": {"type": r.kind, "message": r.message}})
             }
             Dialect::Tgi => json!({"error": r.message, "error_type": r.kind}),
-            Dialect::Triton => json!({"error": r.message}),
+            Dialect::Triton | Dialect::Grpc => json!({"error": r.message}),
             Dialect::LlamaCpp => {
                 json!({"error": {"code": code, "message": r.message, "type": r.kind}})
             }
@@ -170,7 +175,7 @@ impl Dialect {
             Dialect::LlamaCpp => b"data: {\"error\":{\"code\":500,\"message\":\"simulated engine failure\",\"type\":\"server_error\"}}\n\n",
             Dialect::Tgi => b"data:{\"error\":\"simulated engine failure\",\"error_type\":\"generation\"}\n\n",
             Dialect::Sglang => b"data: {\"error\":{\"message\":\"simulated engine failure\"}}\n\n",
-            Dialect::Triton => b"data: {\"error\":\"simulated engine failure\"}\n\n",
+            Dialect::Triton | Dialect::Grpc => b"data: {\"error\":\"simulated engine failure\"}\n\n",
         }
     }
 
@@ -514,7 +519,7 @@ impl Dialect {
             Dialect::Messages => {
                 let _ = write!(out, "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n");
             }
-            Dialect::LlamaCpp | Dialect::Tgi | Dialect::Triton => {
+            Dialect::LlamaCpp | Dialect::Tgi | Dialect::Triton | Dialect::Grpc => {
                 self.per_token(out, f, text, last);
             }
             Dialect::Transcription => {
@@ -612,7 +617,7 @@ impl Dialect {
             Dialect::Sglang => {
                 json!({"text": text, "meta_info": {"id": f.id, "finish_reason": {"type": "length", "length": n}, "prompt_tokens": p, "completion_tokens": n, "cached_tokens": c}, "index": 0})
             }
-            Dialect::Triton => {
+            Dialect::Triton | Dialect::Grpc => {
                 json!({"model_name": "ensemble", "model_version": "1", "text_output": text})
             }
             Dialect::Transcription => {

@@ -28,6 +28,7 @@ pub mod cache;
 mod dialect;
 pub mod engine;
 pub mod faults;
+mod grpc;
 mod metrics;
 pub mod model;
 mod pooling;

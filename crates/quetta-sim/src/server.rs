@@ -22,7 +22,7 @@ use crate::dialect::{self, Dialect, Refusal, Route};
 use crate::faults::Fault;
 use crate::{OutputLen, Rng, Shared, SimRecord, WORDS};
 
-pub(crate) type Body = Either<Full<Bytes>, SimStream>;
+pub(crate) type Body = Either<Either<Full<Bytes>, crate::grpc::GrpcWhole>, SimStream>;
 
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
@@ -117,7 +117,7 @@ pub(crate) fn full(
     content_type: &str,
     body: impl Into<Bytes>,
 ) -> Response<Body> {
-    let mut r = Response::new(Either::Left(Full::new(body.into())));
+    let mut r = Response::new(Either::Left(Either::Left(Full::new(body.into()))));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(http::header::CONTENT_TYPE, content_type.parse().expect("static header"));
@@ -148,6 +148,12 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
         (Method::POST, p) if crate::pooling::route(p).is_some() => {
             let pool = crate::pooling::route(p).expect("a pooling route");
             crate::pooling::handle(req, sh, pool, arrival).await
+        }
+        (Method::POST, p)
+            if p.strip_prefix(crate::grpc::PREFIX)
+                .is_some_and(|m| !matches!(m, "ModelStreamInfer" | "ModelInfer")) =>
+        {
+            grpc_other(req, &sh, &path).await
         }
         (Method::POST, p) => match dialect::route(p, &sh.cfg.model) {
             Some(Ok(route)) => generate(req, sh, arrival, route).await,
@@ -262,8 +268,44 @@ pub(crate) fn refuse(sh: &Shared, mut rec: SimRecord, d: Dialect, r: &Refusal) -
     rec.status = r.status.as_u16();
     rec.error = Some(r.message.clone());
     rec.end = Instant::now();
+    let stream = rec.stream;
     sh.finish(rec);
+    if d == Dialect::Grpc {
+        return grpc_answer(crate::grpc::refusal_answer(r, stream));
+    }
     full(r.status, "application/json", d.error_body(r))
+}
+
+/// A gRPC answer: HTTP 200, `application/grpc`, the status in the trailers (or, for a call
+/// with no message, in the headers).
+fn grpc_answer(mut w: crate::grpc::GrpcWhole) -> Response<Body> {
+    let headers = w.headers_only.take();
+    let mut r = Response::new(Either::Left(Either::Right(w)));
+    r.headers_mut().insert(http::header::CONTENT_TYPE, "application/grpc".parse().expect("static"));
+    if let Some(h) = headers {
+        r.headers_mut().extend(h);
+    }
+    r
+}
+
+/// The gRPC service's calls other than inference (liveness, readiness, metadata).
+async fn grpc_other(
+    req: Request<Incoming>,
+    sh: &Shared,
+    path: &str,
+) -> Result<Response<Body>, std::io::Error> {
+    if let Err(r) = Dialect::Grpc.check_headers(req.headers(), sh.cfg.api_key.as_deref()) {
+        return Ok(grpc_answer(crate::grpc::refusal_answer(&r, false)));
+    }
+    let body = Limited::new(req.into_body(), 1 << 20)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .unwrap_or_default();
+    let method = path.strip_prefix(crate::grpc::PREFIX).unwrap_or(path);
+    Ok(grpc_answer(crate::grpc::other_call(method, &body, &sh.cfg.model).unwrap_or_else(|| {
+        crate::grpc::GrpcWhole::status_only(12, &format!("unknown method {method}"))
+    })))
 }
 
 /// A non-streamed answer: every token generated "inside" the server, then the whole body.
@@ -316,6 +358,14 @@ async fn whole(mut st: SimStream, v: &Value) -> Response<Body> {
     rec.completion_tokens = u64::from(st.n_tokens);
     rec.text = text;
     sh.finish(rec);
+    if st.dialect == Dialect::Grpc {
+        // ModelInfer's answer, or ModelStreamInfer's one final response (`stream` false)
+        let text = body.get("text_output").and_then(Value::as_str).unwrap_or("");
+        let call = v.get("grpc_stream_call").and_then(Value::as_bool).unwrap_or(false);
+        let mut r = grpc_answer(crate::grpc::GrpcWhole::unary(&sh.cfg.model, &st.id, text, call));
+        add_headers(&sh, &mut r);
+        return r;
+    }
     let mut r = full(StatusCode::OK, "application/json", body.to_string());
     add_headers(&sh, &mut r);
     r
@@ -348,6 +398,24 @@ async fn read_request(
     rec.end = arrival;
     if let Err(r) = header_check {
         return Err(refuse(sh, rec.clone(), route.dialect, &r));
+    }
+    if route.dialect == Dialect::Grpc {
+        rec.stream = route.stream.unwrap_or(false);
+        if let Err(r) = header_check {
+            return Err(refuse(sh, rec.clone(), Dialect::Grpc, &r));
+        }
+        let stream = route.stream.unwrap_or(false);
+        let v = crate::grpc::request_body(&body, &sh.cfg.model, stream).and_then(|v| {
+            let empty_final = v.get("empty_final").cloned();
+            let mut n = Dialect::Grpc.normalize(v, Some(stream))?;
+            n["empty_final"] = empty_final.unwrap_or(Value::Bool(false));
+            n["grpc_stream_call"] = Value::Bool(stream);
+            Ok(n)
+        });
+        return match v {
+            Ok(v) => Ok((v, Dialect::Grpc)),
+            Err(r) => Err(refuse(sh, rec.clone(), Dialect::Grpc, &r)),
+        };
     }
     if route.dialect == Dialect::Transcription {
         return match crate::audio::normalize(content_type.as_deref(), body, rec.seq).await {
@@ -488,6 +556,8 @@ async fn generate(
             .unwrap_or(false)
             .then(|| v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default()),
         _slot: slot,
+        grpc_empty_final: v.get("empty_final").and_then(Value::as_bool).unwrap_or(false),
+        grpc_end: 0,
     };
     st.prefix = match d {
         Dialect::Chat => format!(
@@ -504,9 +574,10 @@ async fn generate(
     if !stream {
         return Ok(whole(st, &v).await);
     }
+    let grpc = st.dialect == Dialect::Grpc;
     let mut r = Response::new(Either::Right(st));
-    r.headers_mut()
-        .insert(http::header::CONTENT_TYPE, "text/event-stream".parse().expect("static"));
+    let content_type = if grpc { "application/grpc" } else { "text/event-stream" };
+    r.headers_mut().insert(http::header::CONTENT_TYPE, content_type.parse().expect("static"));
     add_headers(&sh, &mut r);
     r.headers_mut().insert(http::header::CACHE_CONTROL, "no-cache".parse().expect("static"));
     if let Either::Right(s) = r.body_mut() {
@@ -597,9 +668,54 @@ pub(crate) struct SimStream {
     history: Option<Vec<Value>>,
     /// The batch slot this request holds until its response ends (or is dropped).
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// gRPC: the client asked for an empty final response, and how far the call's end
+    /// has gone (0: not yet; 1: the final response went out; 2: the trailers too).
+    grpc_empty_final: bool,
+    grpc_end: u8,
 }
 
 impl SimStream {
+    /// The next frame as it goes on the wire: the protocol's events, or for gRPC those
+    /// events as protobuf responses, then the empty final response (where asked for) and
+    /// the status in the trailers.
+    fn next_wire(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if self.dialect != Dialect::Grpc {
+            return self.next_frame(cx).map(|f| f.map(|r| r.map(Frame::data)));
+        }
+        let model = self.sh.cfg.model.clone();
+        match self.grpc_end {
+            0 => {}
+            1 => {
+                self.grpc_end = 2;
+                return Poll::Ready(Some(Ok(Frame::trailers(crate::grpc::status_headers(0, "")))));
+            }
+            _ => return Poll::Ready(None),
+        }
+        match self.next_frame(cx) {
+            Poll::Ready(Some(Ok(events))) => {
+                let last = self.sent_tokens == self.n_tokens && !self.grpc_empty_final;
+                let wire = crate::grpc::frames(&events, &model, &self.id, last);
+                Poll::Ready(Some(Ok(Frame::data(wire))))
+            }
+            Poll::Ready(None) => {
+                self.grpc_end = 1;
+                if self.grpc_empty_final {
+                    let m = quetta_protocols::kserve::pb::ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(crate::grpc::response(&model, &self.id, None, true)),
+                    };
+                    let frame = quetta_protocols::kserve::frame(&m);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(frame)))));
+                }
+                self.next_wire(cx)
+            }
+            other => other.map(|f| f.map(|r| r.map(Frame::data))),
+        }
+    }
+
     fn prompt_tokens(&self) -> u64 {
         self.rec.as_ref().map_or(0, |r| r.prompt_tokens)
     }
@@ -733,24 +849,27 @@ impl http_body::Body for SimStream {
             this.drip_at = Instant::now() + Duration::from_millis(1);
             return Poll::Ready(Some(Ok(Frame::data(b))));
         }
-        match this.next_frame(cx) {
-            Poll::Ready(Some(Ok(bytes)))
-                if this.fault == Some(Fault::SlowDrip) && bytes.len() > 1 =>
-            {
-                let mut bytes = bytes;
-                this.drip = bytes.split_off(1);
-                this.drip_at = Instant::now() + Duration::from_millis(1);
-                Poll::Ready(Some(Ok(Frame::data(bytes))))
+        match this.next_wire(cx) {
+            Poll::Ready(Some(Ok(frame))) if this.fault == Some(Fault::SlowDrip) => {
+                match frame.into_data() {
+                    Ok(mut bytes) if bytes.len() > 1 => {
+                        this.drip = bytes.split_off(1);
+                        this.drip_at = Instant::now() + Duration::from_millis(1);
+                        Poll::Ready(Some(Ok(Frame::data(bytes))))
+                    }
+                    Ok(bytes) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                    Err(frame) => Poll::Ready(Some(Ok(frame))),
+                }
             }
-            Poll::Ready(Some(Ok(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
+            other => other,
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rec.is_none() && self.drip.is_empty() && self.linger_until.is_none()
+        self.rec.is_none()
+            && self.drip.is_empty()
+            && self.linger_until.is_none()
+            && (self.dialect != Dialect::Grpc || self.grpc_end == 2)
     }
 }
 

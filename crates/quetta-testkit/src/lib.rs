@@ -124,3 +124,97 @@ mod tests {
         let _ = llama_url_from(LLAMA_URL_VAR, None, true);
     }
 }
+
+/// A KServe v2 gRPC server of another implementation than Quetta's
+/// (`scripts/kserve-grpc-server.py`: Python's grpcio with `tritonclient`'s generated stubs),
+/// on 127.0.0.1; stopped when dropped.
+#[derive(Debug)]
+pub struct KserveServer {
+    child: std::process::Child,
+    /// Its port.
+    pub port: u16,
+    /// Its JSON-lines log: per request, when it was read and each response handed over.
+    pub log: std::path::PathBuf,
+}
+
+impl KserveServer {
+    /// Start it with these arguments (`--ttft-ms`, `--itl-ms`, `--api-key`). Without Python's
+    /// `grpcio` and `tritonclient` the test is skipped (`None`, said on stderr) outside CI and
+    /// fails under CI (`.ci/run` installs them).
+    pub fn start(args: &[&str]) -> Option<Self> {
+        use std::io::BufRead;
+        let probe = std::process::Command::new("python3")
+            .args(["-c", "import grpc, tritonclient.grpc"])
+            .output();
+        if !probe.is_ok_and(|o| o.status.success()) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must install Python's grpcio and tritonclient (pip install 'tritonclient[grpc]')"
+            );
+            eprintln!(
+                "skipped: no Python grpcio and tritonclient (pip install 'tritonclient[grpc]')"
+            );
+            return None;
+        }
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/kserve-grpc-server.py");
+        let log = std::env::temp_dir().join(format!(
+            "quetta-kserve-{}-{}.jsonl",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .args(["--port", "0", "--log"])
+            .arg(&log)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let out = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        std::io::BufReader::new(out).read_line(&mut line).expect("the server says its port");
+        let port = line
+            .trim()
+            .strip_prefix("listening on ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the KServe server did not start: {line:?}"));
+        Some(Self { child, port, log })
+    }
+
+    /// Its `grpc://` URL.
+    pub fn url(&self) -> String {
+        format!("grpc://127.0.0.1:{}", self.port)
+    }
+
+    /// Its log, a JSON value per request.
+    pub fn requests(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+impl Drop for KserveServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// `at` on CLOCK_MONOTONIC in nanoseconds: the clock `Instant` reads, and Python's
+/// `time.monotonic_ns()`, so instants of two processes on one machine compare directly.
+#[cfg(target_os = "linux")]
+pub fn monotonic_ns(at: std::time::Instant) -> f64 {
+    let now = std::time::Instant::now();
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let mono = t.tv_sec as f64 * 1e9 + t.tv_nsec as f64;
+    let back = now.saturating_duration_since(at).as_nanos() as f64;
+    let ahead = at.saturating_duration_since(now).as_nanos() as f64;
+    mono - back + ahead
+}

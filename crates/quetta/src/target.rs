@@ -441,9 +441,25 @@ impl Target {
     }
 
     async fn connect_http(&self, base_url: &str, model: Option<String>) -> Result<Connected> {
+        let given = base_url;
+        // gRPC is HTTP/2: grpc:// is h2c, grpcs:// TLS (the KServe protocol's own schemes)
+        let grpc = self.protocol == Protocol::KserveGrpc;
+        let mapped = match (base_url.split_once("://"), grpc) {
+            (Some(("grpc", rest)), true) => format!("http://{rest}"),
+            (Some(("grpcs", rest)), true) => format!("https://{rest}"),
+            (Some(("grpc" | "grpcs", _)), false) => {
+                return Err(Error::config(format!(
+                    "{base_url:?} is a gRPC address: the {} protocol is spoken over HTTP (gRPC is the kserve-grpc protocol)",
+                    self.protocol
+                )));
+            }
+            _ => base_url.to_owned(),
+        };
+        let base_url = mapped.as_str();
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(Error::config(format!(
-                "--base-url {base_url:?} must start with http:// or https://"
+                "--base-url {base_url:?} must start with http:// or https://{}",
+                if grpc { " (or grpc://, grpcs://)" } else { "" }
             )));
         }
         let key = self.api_key.as_deref().map(ApiKey::new);
@@ -452,7 +468,7 @@ impl Target {
             self.find_model(base_url, model.or_else(|| self.model.clone()), key.as_ref()).await?;
         let mut cfg = OpenAiConfig::new(base_url, quetta_openai::Api::Chat, &model);
         cfg.api_key = key;
-        cfg.http2 = self.http2;
+        cfg.http2 = self.http2 || grpc;
         cfg.insecure = self.insecure;
         cfg.ca_cert.clone_from(&self.ca_cert);
         cfg.session_header.clone_from(&self.session_header);
@@ -475,6 +491,9 @@ impl Target {
                     .map_err(|e| Error::config(e.to_string()))?,
             )
         } else {
+            if grpc && self.preflight && !embedded {
+                kserve_preflight(&cfg, given).await?;
+            }
             quetta_protocols::engine(self.protocol, cfg, self.protocol_options)
                 .map_err(|e| Error::config(e.to_string()))?
         };
@@ -485,7 +504,7 @@ impl Target {
             backend: engine.name().to_owned(),
             engine,
             model,
-            base_url: base_url.to_owned(),
+            base_url: given.to_owned(),
             protocol: self.protocol,
             embedded_simulator: false,
             notes,
@@ -655,6 +674,18 @@ fn preflight_reason(e: &EngineError) -> String {
 
 /// One request for a single token, unmeasured: a dead upstream behind a proxy, an unknown
 /// model or a refused key ends the command here, in the server's words.
+/// KServe's own checks before the one-token request: the server is live, the model ready,
+/// and its metadata lists the tensors every request sends.
+async fn kserve_preflight(cfg: &OpenAiConfig, given: &str) -> Result<()> {
+    use quetta_protocols::kserve;
+    let transport =
+        quetta_http::Transport::new(&cfg.transport()).map_err(|e| Error::config(e.to_string()))?;
+    let key = cfg.api_key.as_ref().map(|k| k.expose().to_owned());
+    kserve::preflight(&transport, &cfg.base_url, key.as_deref(), &cfg.model, &kserve::ALWAYS_SENT)
+        .await
+        .map_err(|e| Error::Target(format!("pre-flight: {given}: {e}")))
+}
+
 async fn preflight_request(
     engine: &dyn Engine,
     base_url: &str,

@@ -348,3 +348,45 @@ fn sweeps_searches_comparisons_and_shards_of_embeddings_and_rankings() {
     validate_run_dir(&d.join("merged"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// KServe's gRPC against the simulator serving it as a server would (`grpc://`): the
+/// pre-flight's calls (live, ready, metadata) pass and the run is recorded under the URL
+/// given; an unknown model is refused before the run; a gRPC address for a protocol
+/// spoken over HTTP is refused.
+#[test]
+fn kserve_grpc_against_the_simulator_as_a_server() {
+    let sim = quetta::sim::Simulator::start(quetta::SimConfig {
+        ttft: std::time::Duration::from_millis(5),
+        itl: std::time::Duration::from_millis(1),
+        ..quetta::SimConfig::default()
+    })
+    .unwrap();
+    let url = sim.base_url().replace("http://", "grpc://");
+    let model = sim.config().model.clone();
+    let target = |p: Protocol, m: &str| {
+        let mut t = Target::http(&url, p).model(m);
+        t.preflight = true;
+        t
+    };
+    let refusal = |b: Benchmark| match b.requests(2).run_blocking() {
+        Ok(_) => panic!("the run was not refused"),
+        Err(e) => e.to_string(),
+    };
+    let dir = tmpdir("kserve-grpc");
+    let r = Benchmark::new(target(Protocol::KserveGrpc, &model))
+        .workload(WorkloadSpec::synthetic(8, 6))
+        .requests(10)
+        .output_dir(&dir)
+        .run_blocking()
+        .unwrap();
+    let s = &r.summary;
+    assert_eq!((s.completed, s.failed), (10, 0), "{:?}", s.top_errors);
+    assert_eq!(s.target.base_url, url);
+    assert_eq!(s.total_output_tokens, 60, "one response a token");
+    validate_run_dir(&dir);
+    let e = refusal(Benchmark::new(target(Protocol::KserveGrpc, "llama")));
+    assert!(e.contains("model \"llama\" is not ready (ModelReady)"), "{e}");
+    let e = refusal(Benchmark::new(target(Protocol::Chat, &model)));
+    assert!(e.contains("is a gRPC address"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,811 @@
+//! KServe v2 over gRPC (`inference.GRPCInferenceService`, served by NVIDIA Triton with its
+//! TensorRT-LLM, vLLM and Python backends, and by KServe): Triton's decoupled
+//! `ModelStreamInfer`, one response per token or chunk, and the unary `ModelInfer`.
+//!
+//! gRPC is HTTP/2: a call is a POST to `/inference.GRPCInferenceService/METHOD` whose body
+//! is length-prefixed protobuf messages (a flag byte, a 4-byte big-endian length), with the
+//! call's status in the trailers (`grpc-status`, `grpc-message`). So the protocol is a
+//! [`Wire`] over the shared HTTP transport like every other (HTTP/2 only, `h2c` for
+//! `grpc://`): each response's arrival is its DATA frame's, stamped before any protobuf
+//! is decoded, and the connection pool, timeouts and records are those of every protocol.
+//! One call per request: the request message goes out and the stream is half-closed; the
+//! server answers with responses until its final one, then the trailers.
+//!
+//! The request is TensorRT-LLM's ensemble: `text_input` (BYTES [1,1]), `max_tokens`
+//! (INT32), `stream` (BOOL), `min_length` (INT32) when lengths are forced, `temperature`
+//! and `top_p` (FP32) and `random_seed` (UINT64) when given; output `text_output`. A
+//! streamed request asks for an empty final response (`triton_enable_empty_final_response`,
+//! as Triton's own clients do), which ends it; a response with `error_message` fails it in
+//! Triton's words, and a call whose status is not OK fails in gRPC's.
+
+pub mod pb;
+mod read;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http_body_util::Full;
+use prost::Message;
+use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Prompt};
+use quetta_http::BodyDecoder;
+use serde_json::{Map, Value};
+
+use crate::common::prompt_text;
+use crate::engine::{BodyContext, Encoded, Wire};
+use pb::{
+    InferParameter, InferRequestedOutputTensor, InferTensor, ModelInferRequest, ModelInferResponse,
+    ModelStreamInferResponse, Parameter,
+};
+
+/// The gRPC service's path prefix.
+pub const SERVICE: &str = "/inference.GRPCInferenceService";
+
+/// The ensemble's output of generated text.
+pub const TEXT_OUTPUT: &str = "text_output";
+
+/// Asks a decoupled model for an empty response flagged final once it is done.
+pub const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
+
+/// The parameter of a response that marks it as the request's last.
+pub const FINAL: &str = "triton_final_response";
+
+/// KServe v2 over gRPC with TensorRT-LLM's ensemble tensors.
+#[derive(Debug, Default)]
+pub struct KserveGrpc;
+
+/// One input tensor of shape [1,1] (or [1,n] for `n` elements) and its raw little-endian
+/// contents.
+fn tensor(req: &mut ModelInferRequest, name: &str, datatype: &str, raw: Vec<u8>) {
+    req.inputs.push(InferTensor {
+        name: name.into(),
+        datatype: datatype.into(),
+        shape: vec![1, 1],
+        ..InferTensor::default()
+    });
+    req.raw_input_contents.push(raw);
+}
+
+/// One BYTES element as the raw contents carry it: its length (4 bytes, little-endian),
+/// then its bytes.
+pub fn bytes_element(b: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + b.len());
+    v.extend_from_slice(&u32::try_from(b.len()).unwrap_or(u32::MAX).to_le_bytes());
+    v.extend_from_slice(b);
+    v
+}
+
+/// The elements of a raw BYTES tensor, or `None` when its lengths overrun it.
+pub fn bytes_elements(mut raw: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut out = Vec::new();
+    while !raw.is_empty() {
+        let (len, rest) = raw.split_first_chunk::<4>()?;
+        let n = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+        if n > rest.len() {
+            return None;
+        }
+        let (e, rest) = rest.split_at(n);
+        out.push(e);
+        raw = rest;
+    }
+    Some(out)
+}
+
+/// A protobuf message framed as gRPC sends it (uncompressed).
+pub fn frame(msg: &impl Message) -> Vec<u8> {
+    let len = msg.encoded_len();
+    let mut v = Vec::with_capacity(5 + len);
+    v.push(0);
+    v.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    msg.encode(&mut v).expect("a Vec grows as needed");
+    v
+}
+
+impl KserveGrpc {
+    /// The `ModelInferRequest` of a request.
+    pub fn request(model: &str, req: &EngineRequest) -> Result<ModelInferRequest, EngineError> {
+        let text = match &req.prompt {
+            Prompt::TokenIds(_) => {
+                return Err(EngineError::Request(
+                    "KServe gRPC: the ensemble takes text (text_input), not token ids".into(),
+                ))
+            }
+            p => prompt_text(p, "KServe gRPC")?,
+        };
+        let mut r = ModelInferRequest {
+            model_name: model.into(),
+            id: req.request_id.to_string(),
+            ..ModelInferRequest::default()
+        };
+        tensor(&mut r, "text_input", "BYTES", bytes_element(text.as_bytes()));
+        if let Some(n) = req.max_tokens {
+            tensor(&mut r, "max_tokens", "INT32", i32_le(n));
+        }
+        let min = if req.ignore_eos { req.max_tokens } else { req.min_tokens };
+        if let Some(n) = min {
+            tensor(&mut r, "min_length", "INT32", i32_le(n));
+        }
+        tensor(&mut r, "stream", "BOOL", vec![u8::from(req.stream)]);
+        let s = &req.params.sampling;
+        if let Some(t) = s.temperature {
+            tensor(&mut r, "temperature", "FP32", (t as f32).to_le_bytes().to_vec());
+        }
+        if let Some(p) = s.top_p {
+            tensor(&mut r, "top_p", "FP32", (p as f32).to_le_bytes().to_vec());
+        }
+        if let Some(seed) = s.seed {
+            tensor(&mut r, "random_seed", "UINT64", seed.to_le_bytes().to_vec());
+        }
+        r.outputs
+            .push(InferRequestedOutputTensor { name: TEXT_OUTPUT.into(), ..Default::default() });
+        if req.stream {
+            r.parameters.insert(EMPTY_FINAL.into(), InferParameter::bool(true));
+        }
+        Ok(r)
+    }
+}
+
+fn i32_le(n: u32) -> Vec<u8> {
+    i32::try_from(n).unwrap_or(i32::MAX).to_le_bytes().to_vec()
+}
+
+impl Wire for KserveGrpc {
+    fn name(&self) -> &'static str {
+        "kserve-grpc"
+    }
+
+    fn path(&self, _model: &str, stream: bool) -> String {
+        format!("{SERVICE}/{}", if stream { "ModelStreamInfer" } else { "ModelInfer" })
+    }
+
+    /// Not JSON: see [`Wire::encode`].
+    fn body(
+        &self,
+        _ctx: &BodyContext<'_>,
+        _req: &EngineRequest,
+    ) -> Result<Map<String, Value>, EngineError> {
+        Ok(Map::new())
+    }
+
+    fn encode(&self, ctx: &BodyContext<'_>, req: &EngineRequest) -> Result<Encoded, EngineError> {
+        if !req.params.extra_body.is_empty() {
+            return Err(EngineError::Request(
+                "KServe gRPC: a request body is protobuf, it takes no extra JSON fields".into(),
+            ));
+        }
+        let body = frame(&Self::request(ctx.model, req)?);
+        Ok(Encoded { body, content_type: "application/grpc".into() })
+    }
+
+    fn decoder(&self, req: &EngineRequest, max_event_bytes: usize) -> Box<dyn BodyDecoder> {
+        Box::new(KserveDecoder::new(req.stream, req.capture_text, max_event_bytes))
+    }
+
+    fn fixed_headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[("te", "trailers")]
+    }
+}
+
+/// The name of a gRPC status code.
+pub fn code_name(code: u32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code).ok().and_then(|c| NAMES.get(c)).copied().unwrap_or("UNKNOWN")
+}
+
+/// The error of a call whose status is not OK, in gRPC's words (`grpc-message` is
+/// percent-encoded).
+pub fn status_error(code: u32, message: &str) -> EngineError {
+    let words = format!("{}: {}", code_name(code), percent_decode(message));
+    match code {
+        7 | 16 => EngineError::Auth(words),
+        8 => EngineError::Throttled(words),
+        3 => EngineError::Validation(words),
+        _ => EngineError::ServerError(words),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status of a header map that carries one (`grpc-status`, `grpc-message`): `None`
+/// without a status, else `Ok` or the call's error.
+fn status_of(h: &http::HeaderMap) -> Option<Result<(), EngineError>> {
+    let code = h.get("grpc-status")?;
+    let code = code.to_str().ok().and_then(|c| c.trim().parse::<u32>().ok());
+    let msg = h.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or("");
+    Some(match code {
+        Some(0) => Ok(()),
+        Some(c) => Err(status_error(c, msg)),
+        None => Err(EngineError::Protocol("a grpc-status that is not a number".into())),
+    })
+}
+
+/// Decodes the answer of a KServe gRPC call: length-prefixed messages, split anywhere
+/// across DATA frames, then the status in the trailers.
+#[derive(Debug)]
+pub struct KserveDecoder {
+    stream: bool,
+    capture: bool,
+    max_message: usize,
+    buf: Vec<u8>,
+    /// The final response came: later messages are drained unread.
+    final_seen: bool,
+    /// The call ended with status OK (in the trailers, or in the headers of a call with
+    /// no message).
+    status_ok: bool,
+    /// Every message decoded with prost (the check of the reading in place).
+    prost_only: bool,
+}
+
+impl KserveDecoder {
+    /// `stream`: the answer is `ModelStreamInfer`'s (else one `ModelInferResponse`);
+    /// `max_message` bounds one message.
+    pub fn new(stream: bool, capture: bool, max_message: usize) -> Self {
+        Self {
+            stream,
+            capture,
+            max_message,
+            buf: Vec::new(),
+            final_seen: false,
+            status_ok: false,
+            prost_only: false,
+        }
+    }
+
+    /// One message: read in place where it has the usual shape, else with prost.
+    fn message(&mut self, m: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        let fast = if self.prost_only {
+            None
+        } else if self.stream {
+            read::stream_reply(m)
+        } else {
+            read::unary_reply(m)
+        };
+        match fast {
+            Some(r) => self.reply(&r, out),
+            None => self.decoded(m, out),
+        }
+    }
+
+    fn reply(
+        &mut self,
+        r: &read::Reply<'_>,
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        if !r.error.is_empty() {
+            return Err(EngineError::ServerError(String::from_utf8_lossy(r.error).into_owned()));
+        }
+        if !r.has_response {
+            return Ok(());
+        }
+        if let Some(raw) = r.text {
+            let elements = bytes_elements(raw).ok_or_else(overrun)?;
+            // one element of UTF-8, the usual: no copy unless the text is kept
+            match (elements.as_slice(), elements.first().map(|e| std::str::from_utf8(e))) {
+                ([_], Some(Ok(t))) => out(EventKind::Content(Delta::of(t, self.capture))),
+                _ => {
+                    let t = String::from_utf8_lossy(&elements.concat()).into_owned();
+                    out(EventKind::Content(Delta::of(&t, self.capture)));
+                }
+            }
+        }
+        self.final_seen |= !self.stream || r.last;
+        Ok(())
+    }
+
+    /// A message decoded whole with prost.
+    fn decoded(&mut self, m: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        let bad = |e: prost::DecodeError| EngineError::Protocol(format!("a bad message: {e}"));
+        let r = if self.stream {
+            let s = ModelStreamInferResponse::decode(m).map_err(bad)?;
+            if !s.error_message.is_empty() {
+                return Err(EngineError::ServerError(s.error_message));
+            }
+            let Some(r) = s.infer_response else { return Ok(()) };
+            r
+        } else {
+            ModelInferResponse::decode(m).map_err(bad)?
+        };
+        let last = !self.stream
+            || matches!(
+                r.parameters.get(FINAL).and_then(|p| p.parameter_choice.as_ref()),
+                Some(Parameter::BoolParam(true))
+            );
+        let text = output_text(&r)?;
+        // a response with the output is a chunk of tokens; the empty final one is not
+        if let Some(t) = text {
+            out(EventKind::Content(Delta::of(&t, self.capture)));
+        }
+        self.final_seen |= last;
+        Ok(())
+    }
+}
+
+fn overrun() -> EngineError {
+    EngineError::Protocol("text_output: element lengths overrun the tensor".into())
+}
+
+/// For the fuzz targets and tests: read one message both in place and with prost alone, and
+/// panic if the reading in place answers where prost would answer differently (other
+/// events, another end, or an error).
+#[doc(hidden)]
+pub fn check_reader_against_prost(stream: bool, m: &[u8]) {
+    let taken =
+        if stream { read::stream_reply(m).is_some() } else { read::unary_reply(m).is_some() };
+    if !taken {
+        return;
+    }
+    let run = |prost_only: bool| {
+        let mut d = KserveDecoder::new(stream, true, usize::MAX);
+        d.prost_only = prost_only;
+        let mut events = Vec::new();
+        let r = d.message(m, &mut |k| events.push(k));
+        (events, r, d.final_seen)
+    };
+    let (fast, prost) = (run(false), run(true));
+    assert_eq!(fast, prost, "read in place and with prost differ on {m:?}");
+    assert!(
+        !matches!(&prost.1, Err(EngineError::Protocol(e)) if e.starts_with("a bad message")),
+        "read in place what prost refuses: {:?}",
+        prost.1
+    );
+}
+
+/// The text of a response's `text_output` (its elements joined), `None` without it.
+fn output_text(r: &ModelInferResponse) -> Result<Option<String>, EngineError> {
+    let Some(i) = r.outputs.iter().position(|o| o.name == TEXT_OUTPUT) else {
+        return Ok(None);
+    };
+    let elements: Vec<Vec<u8>> = match (r.raw_output_contents.get(i), &r.outputs[i].contents) {
+        (Some(raw), _) => {
+            bytes_elements(raw).ok_or_else(overrun)?.into_iter().map(<[u8]>::to_vec).collect()
+        }
+        (None, Some(c)) => c.bytes_contents.clone(),
+        (None, None) => return Ok(Some(String::new())),
+    };
+    let text = elements.concat();
+    Ok(Some(String::from_utf8_lossy(&text).into_owned()))
+}
+
+impl BodyDecoder for KserveDecoder {
+    fn on_headers(&mut self, headers: &http::HeaderMap) -> Result<(), EngineError> {
+        // a call refused at once answers with its status in the headers (trailers-only)
+        match status_of(headers) {
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => {
+                self.status_ok = true;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn on_data(&mut self, data: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        // (the buffer is taken out while its messages are read, and put back with what is
+        // left of it: a message is read in place, never copied)
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.extend_from_slice(data);
+        let mut at = 0;
+        let r = loop {
+            if self.final_seen {
+                // the answer is complete: what follows is drained unread
+                at = buf.len();
+                break Ok(());
+            }
+            let Some(head) = buf.get(at..at + 5) else { break Ok(()) };
+            if head[0] != 0 {
+                break Err(EngineError::Protocol(
+                    "a compressed gRPC message (none was asked for)".into(),
+                ));
+            }
+            let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            if len > self.max_message {
+                break Err(EngineError::Protocol(format!(
+                    "a gRPC message of {len} bytes (at most {})",
+                    self.max_message
+                )));
+            }
+            let Some(m) = buf.get(at + 5..at + 5 + len) else { break Ok(()) };
+            at += 5 + len;
+            if let Err(e) = self.message(m, out) {
+                break Err(e);
+            }
+        };
+        buf.drain(..at);
+        self.buf = buf;
+        r
+    }
+
+    fn on_trailers(&mut self, trailers: &http::HeaderMap) -> Result<(), EngineError> {
+        match status_of(trailers) {
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => {
+                // the call completed: a model that is not decoupled sends no final flag
+                self.status_ok = true;
+                Ok(())
+            }
+            None => Err(EngineError::Protocol("the call ended without a grpc-status".into())),
+        }
+    }
+
+    fn on_end(&mut self, _out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
+        if self.buf.is_empty() || self.final_seen {
+            Ok(())
+        } else {
+            Err(EngineError::Protocol(format!(
+                "the body ended inside a gRPC message ({} bytes of it)",
+                self.buf.len()
+            )))
+        }
+    }
+
+    fn decode_full(
+        &mut self,
+        body: &[u8],
+        out: &mut dyn FnMut(EventKind),
+    ) -> Result<(), EngineError> {
+        self.on_data(body, out)?;
+        self.on_end(out)
+    }
+
+    fn is_done(&self) -> bool {
+        self.final_seen || self.status_ok
+    }
+
+    fn finish_reason(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The tensors every request sends (the others only when a run asks for them).
+pub const ALWAYS_SENT: [&str; 3] = ["text_input", "max_tokens", "stream"];
+
+/// Why the pre-flight check refused a server.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PreflightError {
+    #[error("{call}: {error}")]
+    Call { call: &'static str, error: EngineError },
+    #[error("the server is not live (ServerLive)")]
+    NotLive,
+    #[error("model {0:?} is not ready (ModelReady)")]
+    NotReady(String),
+    #[error("model {model:?} has no {direction} tensor {tensor:?} (ModelMetadata lists {listed})")]
+    MissingTensor { model: String, direction: &'static str, tensor: String, listed: String },
+}
+
+/// One unary call of the service and its decoded answer.
+async fn call<R: Message + Default>(
+    transport: &quetta_http::Transport,
+    base: &str,
+    key: Option<&str>,
+    method: &'static str,
+    msg: &impl Message,
+) -> Result<R, PreflightError> {
+    let fail = |error| PreflightError::Call { call: method, error };
+    let uri = quetta_openai::join_url(base, &format!("{SERVICE}/{method}"))
+        .map_err(|e| fail(EngineError::Request(e.to_string())))?;
+    let mut r =
+        http::Request::post(uri).header(CONTENT_TYPE, "application/grpc").header("te", "trailers");
+    if let Some(k) = key {
+        let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
+            .map_err(|_| fail(EngineError::Request("a key that is no header value".into())))?;
+        v.set_sensitive(true);
+        r = r.header(AUTHORIZATION, v);
+    }
+    let req = r
+        .body(Full::new(Bytes::from(frame(msg))))
+        .map_err(|e| fail(EngineError::Request(e.to_string())))?;
+    let got = transport.fetch(req, Duration::from_secs(10), 1 << 20).await.map_err(fail)?;
+    if got.status != 200 {
+        return Err(fail(EngineError::HttpStatus {
+            status: got.status,
+            body_excerpt: String::from_utf8_lossy(&got.body).chars().take(200).collect(),
+            retry_after: None,
+        }));
+    }
+    for h in [Some(&got.headers), got.trailers.as_ref()].into_iter().flatten() {
+        if let Some(Err(e)) = status_of(h) {
+            return Err(fail(e));
+        }
+    }
+    let m = got.body.get(5..).ok_or_else(|| fail(EngineError::Protocol("no answer".into())))?;
+    R::decode(m).map_err(|e| fail(EngineError::Protocol(format!("a bad message: {e}"))))
+}
+
+/// The pre-flight check of a KServe server at `base` (`http://` or `https://`), before any
+/// request is measured: it is live,
+/// the model is ready, and the model's metadata lists every tensor the requests send
+/// (`inputs`) and `text_output`; a missing one is refused, named.
+pub async fn preflight(
+    transport: &quetta_http::Transport,
+    base: &str,
+    key: Option<&str>,
+    model: &str,
+    inputs: &[&str],
+) -> Result<(), PreflightError> {
+    let live: pb::ServerLiveResponse =
+        call(transport, base, key, "ServerLive", &pb::ServerLiveRequest {}).await?;
+    if !live.live {
+        return Err(PreflightError::NotLive);
+    }
+    let named = pb::ModelReadyRequest { name: model.into(), version: String::new() };
+    let ready: pb::ModelReadyResponse = call(transport, base, key, "ModelReady", &named).await?;
+    if !ready.ready {
+        return Err(PreflightError::NotReady(model.into()));
+    }
+    let named = pb::ModelMetadataRequest { name: model.into(), version: String::new() };
+    let meta: pb::ModelMetadataResponse =
+        call(transport, base, key, "ModelMetadata", &named).await?;
+    let check = |direction, have: &[pb::TensorMetadata], want: &[&str]| {
+        let listed = have.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
+        match want.iter().find(|w| !have.iter().any(|t| t.name == **w)) {
+            Some(t) => Err(PreflightError::MissingTensor {
+                model: model.into(),
+                direction,
+                tensor: (*t).into(),
+                listed,
+            }),
+            None => Ok(()),
+        }
+    };
+    check("input", &meta.inputs, inputs)?;
+    check("output", &meta.outputs, &[TEXT_OUTPUT])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/grpc");
+        std::fs::read(p.join(name)).unwrap()
+    }
+
+    /// The texts of the content events of `body` fed in pieces of `split` bytes, and the
+    /// result.
+    fn feed(
+        d: &mut KserveDecoder,
+        body: &[u8],
+        split: usize,
+    ) -> (Vec<String>, Result<(), EngineError>) {
+        let mut texts = Vec::new();
+        let mut out = |k: EventKind| {
+            if let EventKind::Content(d) = k {
+                texts.push(d.text.unwrap_or_default());
+            }
+        };
+        for piece in body.chunks(split) {
+            if let Err(e) = d.on_data(piece, &mut out) {
+                return (texts, Err(e));
+            }
+        }
+        let r = d.on_end(&mut out);
+        (texts, r)
+    }
+
+    /// Answers written with the stubs `tritonclient` generates (fixtures/grpc), split at
+    /// every size: the same events.
+    #[test]
+    fn answers_from_the_published_protobuf_at_every_split() {
+        let stream = fixture("kserve-stream.bin");
+        let error = fixture("kserve-error.bin");
+        for split in 1..=stream.len() {
+            let mut d = KserveDecoder::new(true, true, 1 << 20);
+            let (t, r) = feed(&mut d, &stream, split);
+            r.unwrap();
+            assert_eq!(t, [" The", " cat", " sat"], "split {split}");
+            assert!(d.is_done() && d.final_seen, "the empty final response ends it");
+            let mut d = KserveDecoder::new(true, true, 1 << 20);
+            let (t, r) = feed(&mut d, &error, split.min(error.len()));
+            assert_eq!(t, [" a"]);
+            assert_eq!(r, Err(EngineError::ServerError("model crashed".into())));
+        }
+        for (f, want) in
+            [("kserve-unary.bin", " The cat sat"), ("kserve-unary-contents.bin", " contents")]
+        {
+            let mut d = KserveDecoder::new(false, true, 1 << 20);
+            let mut texts = Vec::new();
+            d.decode_full(&fixture(f), &mut |k| {
+                if let EventKind::Content(c) = k {
+                    texts.push(c.text.unwrap_or_default());
+                }
+            })
+            .unwrap();
+            assert_eq!(texts, [want], "{f}");
+            assert!(d.is_done());
+        }
+    }
+
+    /// The reading in place gives prost's reading wherever it answers, on generated
+    /// responses of every shape, and it answers for the shape servers send.
+    #[test]
+    fn the_reading_in_place_is_prosts() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut taken = 0;
+        for _ in 0..3000 {
+            let mut r = pb::ModelInferResponse {
+                model_name: "ensemble".into(),
+                id: next(100).to_string(),
+                ..Default::default()
+            };
+            for k in 0..next(3) {
+                let name = if next(3) == 0 { "other" } else { TEXT_OUTPUT };
+                let mut t = pb::InferTensor {
+                    name: name.into(),
+                    datatype: "BYTES".into(),
+                    shape: vec![1, i64::try_from(k).unwrap()],
+                    ..Default::default()
+                };
+                if next(5) == 0 {
+                    t.contents = Some(pb::InferTensorContents {
+                        bytes_contents: vec![b"c".to_vec()],
+                        ..Default::default()
+                    });
+                }
+                r.outputs.push(t);
+            }
+            for _ in 0..next(3) {
+                let e = match next(4) {
+                    0 => b"\x03\x00\x00\x00abc".to_vec(),
+                    1 => b"\x09\x00\x00\x00short".to_vec(),
+                    2 => [bytes_element(b" a"), bytes_element(b"\xff")].concat(),
+                    _ => bytes_element(b" word"),
+                };
+                r.raw_output_contents.push(e);
+            }
+            for _ in 0..next(3) {
+                let (key, p) = match next(4) {
+                    0 => (FINAL, Parameter::BoolParam(next(2) == 0)),
+                    1 => (FINAL, Parameter::Int64Param(1)),
+                    2 => ("sequence_id", Parameter::StringParam("x".into())),
+                    _ => ("other", Parameter::BoolParam(true)),
+                };
+                r.parameters.insert(key.into(), InferParameter { parameter_choice: Some(p) });
+            }
+            let unary = r.encode_to_vec();
+            let s = pb::ModelStreamInferResponse {
+                error_message: if next(8) == 0 { "failed".into() } else { String::new() },
+                infer_response: (next(10) != 0).then_some(r),
+            };
+            let stream = s.encode_to_vec();
+            check_reader_against_prost(true, &stream);
+            check_reader_against_prost(false, &unary);
+            taken += usize::from(read::stream_reply(&stream).is_some());
+        }
+        assert!(taken > 1500, "the reading in place took {taken} of 3000");
+        // an output named twice, the first name not UTF-8: prost refuses it, and so does the
+        // reading in place (fuzz/reproducers/kserve/name-twice-invalid-utf8)
+        let twice = [
+            18u8, 1, 49, 42, 14, 10, 5, b't', b'e', b'x', b't', 0xff, 10, 5, b'B', b'Y', b'T',
+            b'E', b'S',
+        ];
+        assert_eq!(read::unary_reply(&twice), None);
+        check_reader_against_prost(false, &twice);
+        // a parameter's value given twice is merged by prost: left to it
+        let mut e = pb::ModelInferResponse::default();
+        e.parameters.insert(FINAL.into(), InferParameter::bool(true));
+        let mut m = e.encode_to_vec();
+        // (the map entry is the whole message: its length grows by the empty second value)
+        m[1] += 2;
+        m.extend_from_slice(&[18, 0]);
+        assert_eq!(read::unary_reply(&m), None, "{m:?}");
+        check_reader_against_prost(false, &m);
+        for f in ["kserve-stream.bin", "kserve-error.bin"] {
+            let body = fixture(f);
+            let mut rest = &body[..];
+            while let Some(head) = rest.get(..5) {
+                let len = u32::from_be_bytes(head[1..5].try_into().unwrap()) as usize;
+                let m = &rest[5..5 + len];
+                assert!(read::stream_reply(m).is_some(), "{f}: the usual shape is read in place");
+                check_reader_against_prost(true, m);
+                rest = &rest[5 + len..];
+            }
+        }
+    }
+
+    /// What follows the final response is drained unread, however the bytes are split
+    /// (fuzz/reproducers/kserve/after-final-bad-frame: a frame flagged compressed after it
+    /// failed the answer read whole, not the same answer read in pieces).
+    #[test]
+    fn bytes_after_the_final_response_are_drained_unread() {
+        let mut body = fixture("kserve-stream.bin");
+        body.extend_from_slice(&[1, 0, 0, 0, 2, 0xff, 0xff]);
+        for split in [1, 7, body.len()] {
+            let mut d = KserveDecoder::new(true, false, 1 << 20);
+            let (t, r) = feed(&mut d, &body, split);
+            assert_eq!((t.len(), r), (3, Ok(())), "split {split}");
+        }
+    }
+
+    #[test]
+    fn the_status_in_trailers_or_headers_in_grpcs_words() {
+        let h = |code: &str, msg: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("grpc-status", code.parse().unwrap());
+            h.insert("grpc-message", msg.parse().unwrap());
+            h
+        };
+        let mut d = KserveDecoder::new(true, false, 1 << 20);
+        assert_eq!(
+            d.on_trailers(&h("16", "invalid%20API%20key")),
+            Err(EngineError::Auth("UNAUTHENTICATED: invalid API key".into()))
+        );
+        assert_eq!(
+            d.on_headers(&h("8", "quota")),
+            Err(EngineError::Throttled("RESOURCE_EXHAUSTED: quota".into()))
+        );
+        assert!(matches!(d.on_trailers(&http::HeaderMap::new()), Err(EngineError::Protocol(_))));
+        assert_eq!(d.on_trailers(&h("0", "")), Ok(()));
+        assert!(d.is_done(), "a call that ends OK is complete without a final flag");
+        // a message larger than allowed, and a compressed one, are refused
+        let mut d = KserveDecoder::new(true, false, 10);
+        assert!(matches!(d.on_data(&[0, 0, 0, 0, 11], &mut |_| {}), Err(EngineError::Protocol(_))));
+        let mut d = KserveDecoder::new(true, false, 10);
+        assert!(matches!(
+            d.on_data(&[1, 0, 0, 0, 1, 0], &mut |_| {}),
+            Err(EngineError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn the_request_is_the_ensembles() {
+        let mut req = EngineRequest::new(9, Prompt::Text("hi".into()));
+        req.max_tokens = Some(5);
+        req.ignore_eos = true;
+        let r = KserveGrpc::request("ensemble", &req).unwrap();
+        let names: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["text_input", "max_tokens", "min_length", "stream"]);
+        assert_eq!(r.raw_input_contents[0], bytes_element(b"hi"));
+        assert_eq!(r.raw_input_contents[1], 5i32.to_le_bytes());
+        assert_eq!(r.raw_input_contents[2], 5i32.to_le_bytes(), "ignore_eos forces the length");
+        assert_eq!(r.id, "9");
+        assert_eq!(r.parameters.get(EMPTY_FINAL), Some(&InferParameter::bool(true)));
+        let framed = frame(&r);
+        assert_eq!(framed[0], 0);
+        assert_eq!(u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize, framed.len() - 5);
+        let ids = EngineRequest::new(1, Prompt::TokenIds(vec![1, 2]));
+        assert!(KserveGrpc::request("ensemble", &ids).is_err(), "the ensemble takes text");
+    }
+}

@@ -1,0 +1,163 @@
+//! KServe v2 over gRPC against a server of another gRPC implementation
+//! (`scripts/kserve-grpc-server.py`: Python's grpcio with the stubs `tritonclient` generates
+//! from Triton's protobuf files): streamed answers counted as the server sent them, TTFT
+//! and ITL as the server's own send times give them, the unary call, failures in the
+//! server's words (an error response mid-stream, an unknown model, a wrong key), and the
+//! pre-flight check (live, ready, every tensor sent listed in the model's metadata).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use quetta_engine::{Engine, EngineRequest, Prompt};
+use quetta_metrics::RequestRecord;
+use quetta_openai::{Api, ApiKey, OpenAiConfig};
+use quetta_protocols::{Options, Protocol};
+use quetta_testkit::KserveServer;
+
+fn engine(url: &str, model: &str, key: Option<&str>) -> Arc<dyn Engine> {
+    let mut cfg = OpenAiConfig::new(url, Api::Chat, model);
+    cfg.api_key = key.map(ApiKey::new);
+    quetta_protocols::engine(Protocol::KserveGrpc, cfg, Options::default()).unwrap()
+}
+
+async fn send(e: &dyn Engine, id: u64, text: &str, tokens: u32, stream: bool) -> RequestRecord {
+    send_at(e, id, text, tokens, stream).await.0
+}
+
+/// The record, and the monotonic instant (ns) its offsets count from.
+async fn send_at(
+    e: &dyn Engine,
+    id: u64,
+    text: &str,
+    tokens: u32,
+    stream: bool,
+) -> (RequestRecord, f64) {
+    let mut req = EngineRequest::new(id, Prompt::Text(text.into()));
+    req.max_tokens = Some(tokens);
+    req.stream = stream;
+    let now = Instant::now();
+    let o = quetta_loadgen::execute(e, req, 5, now, now, now).await;
+    (RequestRecord::from_observation(o), quetta_testkit::monotonic_ns(now))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// One server, one request at a time (the server's gaps are then its own, not a CPU shared
+/// with another test's requests): streamed answers first, then the other calls.
+#[test]
+fn an_independent_kserve_server() {
+    let Some(srv) = KserveServer::start(&["--ttft-ms", "5", "--itl-ms", "1", "--api-key", "k1"])
+    else {
+        return;
+    };
+    let rt = rt();
+    streams_as_the_server_sent(&srv, &rt);
+    the_unary_call_and_failures_in_the_servers_words(&srv, &rt);
+    preflight(&srv, &rt);
+}
+
+fn transport() -> quetta_http::Transport {
+    let cfg = quetta_http::TransportConfig { http2: true, ..Default::default() };
+    quetta_http::Transport::new(&cfg).unwrap()
+}
+
+fn preflight(srv: &KserveServer, rt: &tokio::runtime::Runtime) {
+    use quetta_protocols::kserve::{self, PreflightError};
+    let t = transport();
+    let base = format!("http://127.0.0.1:{}", srv.port);
+    let check =
+        |key, model| rt.block_on(kserve::preflight(&t, &base, key, model, &kserve::ALWAYS_SENT));
+    check(Some("k1"), "ensemble").unwrap();
+    assert_eq!(check(Some("k1"), "llama"), Err(PreflightError::NotReady("llama".into())));
+    let e = check(Some("nope"), "ensemble").unwrap_err().to_string();
+    assert!(e.starts_with("ServerLive: ") && e.contains("UNAUTHENTICATED"), "{e}");
+}
+
+/// A model without one of the tensors every request sends is refused before the run,
+/// the tensor named.
+#[test]
+fn preflight_names_a_tensor_the_model_lacks() {
+    use quetta_protocols::kserve::{self, PreflightError};
+    let Some(srv) = KserveServer::start(&["--without-input", "max_tokens"]) else { return };
+    let base = format!("http://127.0.0.1:{}", srv.port);
+    let t = transport();
+    let r = rt().block_on(kserve::preflight(&t, &base, None, "ensemble", &kserve::ALWAYS_SENT));
+    match r {
+        Err(PreflightError::MissingTensor { direction: "input", tensor, listed, .. }) => {
+            assert_eq!(tensor, "max_tokens");
+            assert!(listed.starts_with("text_input, stream"), "{listed}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn streams_as_the_server_sent(srv: &KserveServer, rt: &tokio::runtime::Runtime) {
+    let e = engine(&srv.url(), "ensemble", Some("k1"));
+    let n = 20u64;
+    let recs = rt.block_on(futures_seq(&*e, n));
+    let log = srv.requests();
+    assert_eq!(log.len(), n as usize, "the server answered every request");
+    let (mut late, mut itl_c, mut itl_s) = (0.0, 0.0, 0.0);
+    for (r, origin) in &recs {
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.output_tokens, Some(16), "one token a response");
+        let id = r.id.to_string();
+        let s = log.iter().find(|l| l["id"].as_str() == Some(id.as_str())).expect("logged");
+        let ms = |k: &str| -> Vec<f64> {
+            s[k].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() / 1e6).collect()
+        };
+        let (sends, written) = (ms("sends_ns"), ms("written_ns"));
+        assert_eq!((sends.len(), written.len()), (16, 16));
+        // the first token's arrival as the client stamped it, on the one clock both read:
+        // never before the server made it, and soon after its send had completed
+        let first = origin / 1e6 + r.first_token_offset_ms.unwrap();
+        assert!(first >= sends[0], "stamped {} ms before the server sent it", sends[0] - first);
+        late += first - written[0];
+        itl_c += r.itl_mean_ms().unwrap();
+        itl_s += (sends[15] - sends[0]) / 15.0;
+    }
+    let k = n as f64;
+    let (late, itl_c, itl_s) = (late / k, itl_c / k, itl_s / k);
+    println!("first token stamped {late:.3} ms after its send completed (mean); ITL mean: client {itl_c:.4} ms, server {itl_s:.4} ms");
+    assert!(late < 0.5, "the first token stamped {late} ms after its send completed");
+    assert!((itl_c - itl_s).abs() < 0.05, "ITL {itl_c} against {itl_s}");
+}
+
+async fn futures_seq(e: &dyn Engine, n: u64) -> Vec<(RequestRecord, f64)> {
+    let mut v = Vec::new();
+    for id in 1..=n {
+        v.push(send_at(e, id, "tell me", 16, true).await);
+    }
+    v
+}
+
+fn the_unary_call_and_failures_in_the_servers_words(
+    srv: &KserveServer,
+    rt: &tokio::runtime::Runtime,
+) {
+    let ok = engine(&srv.url(), "ensemble", Some("k1"));
+    // unary ModelInfer: one response with the whole text
+    let r = rt.block_on(send(&*ok, 1, "hi", 5, false));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.finish_reason, None);
+    // an error response mid-stream fails the request after its two tokens
+    let r = rt.block_on(send(&*ok, 2, "please FAIL_AFTER_2", 6, true));
+    assert_eq!(r.error_kind.as_deref(), Some("server_error"));
+    assert!(r.error.as_deref().unwrap().contains("model crashed"), "{:?}", r.error);
+    assert_eq!(r.token_chunks, 2);
+    // an unknown model: Triton's words, in an error response
+    let other = engine(&srv.url(), "llama", Some("k1"));
+    let r = rt.block_on(send(&*other, 3, "hi", 3, true));
+    assert!(r.error.as_deref().unwrap().contains("unknown model: 'llama'"), "{:?}", r.error);
+    // a wrong key: the call's status, UNAUTHENTICATED
+    let bad = engine(&srv.url(), "ensemble", Some("nope"));
+    let r = rt.block_on(send(&*bad, 4, "hi", 3, true));
+    assert_eq!(r.error_kind.as_deref(), Some("auth"), "{:?}", r.error);
+    assert!(
+        r.error.as_deref().unwrap().contains("UNAUTHENTICATED: invalid API key"),
+        "{:?}",
+        r.error
+    );
+}
