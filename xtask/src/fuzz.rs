@@ -34,6 +34,7 @@ const TARGETS: &[&str] = &[
     "native",
     "pooling",
     "transcription",
+    "kserve",
 ];
 
 struct Opts {
@@ -307,6 +308,13 @@ pub fn seed(root: &Path) -> Result<usize> {
     put("pooling", "tei", b"\x13[{\"index\":0,\"score\":0.9},{\"index\":1,\"score\":0.2}]")?;
     put("transcription", "vllm", b"\x04data: {\"id\":\"t\",\"object\":\"transcription.chunk\",\"choices\":[{\"delta\":{\"content\":\" Hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":54,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")?;
     put("transcription", "openai", b"\x07event: transcript.text.delta\ndata: {\"type\":\"transcript.text.delta\",\"delta\":\"Hello\"}\n\nevent: transcript.text.done\ndata: {\"type\":\"transcript.text.done\",\"text\":\"Hello\",\"usage\":{\"type\":\"tokens\",\"input_tokens\":22,\"output_tokens\":1}}\n\n")?;
+    // KServe gRPC answers written with tritonclient's generated messages (fixtures/grpc);
+    // the first byte is the split stride
+    let grpc = fx.join("grpc");
+    for f in ["kserve-stream", "kserve-error", "kserve-unary", "kserve-unary-contents"] {
+        let body = std::fs::read(grpc.join(format!("{f}.bin")))?;
+        put("kserve", f, &[&[7u8][..], &body].concat())?;
+    }
     // Files: the first lines of each trace and dataset, small session files, TOML.
     for (f, lines) in [
         ("traces/mooncake_fast25_conversation_trace.jsonl", 6),

@@ -16,7 +16,7 @@ mod protocols;
 
 pub use answers::{chunk, gemini, models, sagemaker, sse};
 pub use files::{datasets, kernels, prometheus, records, sessions, synth, traces, vllm_result};
-pub use protocols::{messages, native, pooling, responses, transcription};
+pub use protocols::{kserve, messages, native, pooling, responses, transcription};
 
 /// A target: the name of its corpus directory (`fuzz/corpus/NAME`) and its body.
 pub type Target = (&'static str, fn(&[u8]));
@@ -41,6 +41,7 @@ pub const TARGETS: &[Target] = &[
     ("native", native),
     ("pooling", pooling),
     ("transcription", transcription),
+    ("kserve", kserve),
 ];
 
 /// The name every target's parsers are given for their input; errors must name it.

@@ -93,3 +93,24 @@ pub fn transcription(data: &[u8]) {
     let body = data.get(1..).unwrap_or_default();
     let _ = quetta_protocols::audio::TranscriptDecoder::new(true).decode_full(body, &mut |_| {});
 }
+
+/// KServe v2 gRPC answers: length-prefixed protobuf messages, streamed (`ModelStreamInfer`,
+/// split at arbitrary points) and whole (`ModelInfer`), then a status in the trailers made
+/// from the input's last bytes; and the input as one message, read in place and with prost.
+pub fn kserve(data: &[u8]) {
+    use quetta_protocols::kserve::KserveDecoder;
+    split_invariant(|| Box::new(KserveDecoder::new(true, true, MAX_EVENT)), data);
+    let body = data.get(1..).unwrap_or_default();
+    // the reading in place is prost's wherever it answers
+    quetta_protocols::kserve::check_reader_against_prost(true, body);
+    quetta_protocols::kserve::check_reader_against_prost(false, body);
+    let mut d = KserveDecoder::new(false, true, MAX_EVENT);
+    let _ = d.decode_full(body, &mut |_| {});
+    let tail = &body[body.len().saturating_sub(8)..];
+    let mut t = http::HeaderMap::new();
+    if let Ok(v) = http::HeaderValue::from_bytes(tail) {
+        t.insert("grpc-status", v.clone());
+        t.insert("grpc-message", v);
+    }
+    let _ = d.on_trailers(&t);
+}
