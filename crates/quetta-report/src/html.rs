@@ -572,10 +572,7 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
         sw.sweep.peak.as_ref().map_or("none (no step ran to its end)".into(), |p| format!(
             "{:.2} req/s, {} at {kind} {}",
             p.request_throughput,
-            match p.input_throughput {
-                Some(i) => format!("{i:.1} inputs/s"),
-                None => format!("{:.1} output tok/s", p.output_token_throughput),
-            },
+            p.volume(),
             ms(Some(p.value()))
         ))
     );

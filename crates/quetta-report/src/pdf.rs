@@ -350,9 +350,9 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
     p.line(
         &sw.sweep.peak.as_ref().map_or("peak: none (no step ran to its end)".into(), |pk| {
             format!(
-                "peak {:.2} req/s, {:.1} output tok/s at {kind} {}",
+                "peak {:.2} req/s, {} at {kind} {}",
                 pk.request_throughput,
-                pk.output_token_throughput,
+                pk.volume(),
                 fmt(Some(pk.value()))
             )
         }),

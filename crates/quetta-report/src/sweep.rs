@@ -120,6 +120,15 @@ impl SweepStep {
         self.partial.then(|| crate::summary::cut_short(self.completed + self.failed, self.planned))
     }
 
+    /// What the step produced per second, as the reports' peak line says it: output
+    /// tokens, or inputs for a step that embeds or ranks.
+    pub fn volume(&self) -> String {
+        match self.input_throughput {
+            Some(i) => format!("{i:.1} inputs/s"),
+            None => format!("{:.1} output tok/s", self.output_token_throughput),
+        }
+    }
+
     /// The varied value (concurrency or rate).
     pub fn value(&self) -> f64 {
         self.concurrency.or(self.rate).unwrap_or(0.0)
