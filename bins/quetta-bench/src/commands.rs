@@ -606,6 +606,7 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
     }
     if a.run.base_url.is_none()
         && a.run.managed.sagemaker_endpoint.is_none()
+        && a.run.backend() != crate::flags::BackendArg::Bedrock
         && a.run.managed.vertex_project.is_none()
     {
         bail!("give the server every shard loads (--base-url): without one, each pod would benchmark an embedded simulator of its own");

@@ -185,6 +185,8 @@ choice!(BackendArg {
     Litellm,
     /// An Amazon SageMaker endpoint (--sagemaker-endpoint; SigV4, the AWS credential chain).
     Sagemaker,
+    /// Amazon Bedrock (--model ID, inference profile or ARN; SigV4, the AWS credential chain).
+    Bedrock,
     /// Google Vertex AI (--vertex-project, --model; application default credentials).
     Vertex,
 });
@@ -229,6 +231,12 @@ choice!(PayloadArg {
     /// --sagemaker-template FILE with {{prompt}}, {{messages}}, {{max_tokens}}, {{stream}}.
     Template,
 });
+choice!(BedrockApiArg {
+    /// ConverseStream / Converse: one body for every model.
+    Converse,
+    /// InvokeModelWithResponseStream / InvokeModel: the model family's own body.
+    Invoke,
+});
 choice!(VertexApiArg {
     /// Gemini streamGenerateContent (SSE).
     Gemini,
@@ -260,9 +268,24 @@ pub struct ManagedArgs {
     /// AWS profile in the shared config/credentials files (else AWS_PROFILE or default).
     #[arg(long)]
     pub aws_profile: Option<String>,
-    /// SageMaker runtime endpoint override (a local fake, a VPC endpoint).
+    /// SageMaker or Bedrock runtime endpoint override (a local fake, a VPC endpoint).
     #[arg(long)]
     pub aws_endpoint_url: Option<String>,
+    /// Which Bedrock API to call.
+    #[arg(long, value_enum, default_value = "converse")]
+    pub bedrock_api: BedrockApiArg,
+    /// The model family's body for --bedrock-api invoke (anthropic, llama, mistral, titan,
+    /// nova); else told from the model id.
+    #[arg(long)]
+    pub bedrock_family: Option<String>,
+    /// A JSON body template for --bedrock-api invoke, for a model no family fits (the
+    /// placeholders of --sagemaker-template, and {{chat}}, {{system}}, {{temperature}}…).
+    #[arg(long, requires = "bedrock_text_pointer")]
+    pub bedrock_template: Option<PathBuf>,
+    /// JSON pointer to the text in each streamed chunk of --bedrock-template's model (and
+    /// in its whole answer).
+    #[arg(long)]
+    pub bedrock_text_pointer: Option<String>,
     /// What the SageMaker container speaks.
     #[arg(long, value_enum, default_value = "openai")]
     pub sagemaker_payload: PayloadArg,
@@ -725,7 +748,10 @@ impl RunArgs {
     /// Whether the run targets Quetta's embedded simulator.
     pub fn embedded_simulator(&self) -> bool {
         self.base_url.is_none()
-            && !matches!(self.backend(), BackendArg::Sagemaker | BackendArg::Vertex)
+            && !matches!(
+                self.backend(),
+                BackendArg::Sagemaker | BackendArg::Bedrock | BackendArg::Vertex
+            )
     }
 
     /// The kind of target (`openai` for any protocol named by --backend).
@@ -813,11 +839,52 @@ impl RunArgs {
             })
     }
 
+    /// The Bedrock configuration of the flags.
+    fn bedrock(&self) -> Result<quetta::managed::BedrockConfig> {
+        use quetta::managed::{BedrockApi, BedrockConfig, Family};
+        let m = &self.managed;
+        let model = self.model.clone().context("--backend bedrock needs --model (a model id, an inference profile id or ARN, or a provisioned-throughput ARN)")?;
+        let mut c = BedrockConfig::new(model);
+        c.api = match m.bedrock_api {
+            BedrockApiArg::Converse => BedrockApi::Converse,
+            BedrockApiArg::Invoke => BedrockApi::Invoke,
+        };
+        c.region.clone_from(&m.aws_region);
+        c.profile.clone_from(&m.aws_profile);
+        c.endpoint_url.clone_from(&m.aws_endpoint_url);
+        if c.api == BedrockApi::Converse
+            && (m.bedrock_family.is_some() || m.bedrock_template.is_some())
+        {
+            bail!("--bedrock-family and --bedrock-template choose the body of --bedrock-api invoke; Converse's body is the same for every model");
+        }
+        c.family = match (&m.bedrock_family, &m.bedrock_template) {
+            (Some(_), Some(_)) => bail!("give --bedrock-family or --bedrock-template, not both"),
+            (Some(f), None) => Some(Family::named(f)?),
+            (None, Some(p)) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: line {}, column {}: not JSON: {e}",
+                        p.display(),
+                        e.line(),
+                        e.column()
+                    )
+                })?;
+                let ptr = m.bedrock_text_pointer.as_deref().unwrap_or_default();
+                Some(Family::custom(body, ptr, ptr))
+            }
+            (None, None) => None,
+        };
+        Ok(c)
+    }
+
     /// The target of the flags.
     fn target(&self) -> Result<Target> {
         let m = &self.managed;
         let mut t = match (self.backend(), &self.base_url) {
-            (BackendArg::Sagemaker | BackendArg::Vertex, Some(_)) => bail!("--base-url is for OpenAI-compatible servers; with --backend sagemaker use --aws-endpoint-url, with vertex --vertex-endpoint-url"),
+            (BackendArg::Sagemaker | BackendArg::Bedrock | BackendArg::Vertex, Some(_)) => bail!("--base-url is for OpenAI-compatible servers; with --backend sagemaker or bedrock use --aws-endpoint-url, with vertex --vertex-endpoint-url"),
+            (BackendArg::Bedrock, None) => Target::bedrock(self.bedrock()?),
             (BackendArg::Sagemaker, None) => {
                 use quetta::managed::{Payload, SageMakerConfig};
                 let name = m.sagemaker_endpoint.clone().context("--backend sagemaker needs --sagemaker-endpoint NAME")?;

@@ -175,6 +175,61 @@ fn predict(args: impl Iterator<Item = std::ffi::OsString>) -> Result<std::proces
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// `quetta-sim aws`: the strict fakes of Amazon SageMaker's and Bedrock's runtimes, which
+/// check every request's SigV4 signature against the key in AWS_ACCESS_KEY_ID and
+/// AWS_SECRET_ACCESS_KEY.
+#[derive(Debug, Parser)]
+#[command(name = "quetta-sim aws", version)]
+struct AwsArgs {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// The region requests must be signed for.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Time to first token, in milliseconds.
+    #[arg(long, default_value_t = 50.0)]
+    ttft_ms: f64,
+    /// Inter-token latency, in milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    itl_ms: f64,
+    /// Throttle every Nth request (429 ThrottlingException), as an account over its quota.
+    #[arg(long)]
+    throttle_every: Option<u64>,
+}
+
+fn aws(args: impl Iterator<Item = std::ffi::OsString>) -> Result<std::process::ExitCode> {
+    let a = AwsArgs::parse_from(args);
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) else {
+        bail!("quetta-sim aws checks signatures against AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: set both (any test values)");
+    };
+    let cfg = quetta_sim::providers::FakeConfig {
+        ttft: ms(a.ttft_ms, "ttft-ms")?,
+        itl: ms(a.itl_ms, "itl-ms")?,
+        aws: Some(quetta_sim::providers::AwsKey {
+            access_key_id: id,
+            secret_access_key: secret,
+            region: a.region.clone(),
+        }),
+        throttle_every: a.throttle_every,
+        ..Default::default()
+    };
+    let f = quetta_sim::providers::ProviderFake::start_on(cfg, SocketAddr::new(a.host, a.port))
+        .context("starting the AWS fakes")?;
+    println!(
+        "quetta-sim aws listening on {} (SageMaker /endpoints/NAME/…, Bedrock /model/ID/…; region {}) (Ctrl-C to stop)",
+        f.base_url(),
+        a.region
+    );
+    loop {
+        std::thread::park();
+    }
+}
+
 fn header_arg(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected NAME:VALUE"))?;
     Ok((k.trim().to_owned(), v.trim().to_owned()))
@@ -213,10 +268,12 @@ fn parse_output_len(s: &str) -> Result<OutputLen> {
 
 fn main() -> Result<std::process::ExitCode> {
     let mut argv = std::env::args_os();
-    if std::env::args_os().nth(1).is_some_and(|a| a == "predict") {
+    let sub = std::env::args_os().nth(1);
+    if sub.as_ref().is_some_and(|a| a == "predict" || a == "aws") {
         let prog = argv.next().unwrap_or_default();
         argv.next();
-        return predict(std::iter::once(prog).chain(argv));
+        let args = std::iter::once(prog).chain(argv);
+        return if sub.is_some_and(|a| a == "aws") { aws(args) } else { predict(args) };
     }
     let a = Args::parse();
     let twin = a.twin.load(a.tokenizer.as_deref())?;

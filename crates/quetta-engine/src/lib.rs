@@ -372,7 +372,8 @@ impl Delta {
     }
 }
 
-/// The server's own timing of one request, where it reports one (llama.cpp's `timings`).
+/// The server's own timing of one request, where it reports one (llama.cpp's `timings`,
+/// Bedrock's `latencyMs` and invocation metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ServerTiming {
@@ -385,12 +386,23 @@ pub struct ServerTiming {
     pub per_token_ms: Option<f64>,
     /// Tokens the server generated.
     pub predicted_n: Option<u64>,
+    /// The service's time to the answer's first byte (Bedrock: `firstByteLatency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_ms: Option<f64>,
+    /// The service's time for the whole request (Bedrock: `latencyMs`, `invocationLatency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ms: Option<f64>,
 }
 
 impl ServerTiming {
     /// A timing with the prompt time and the per-token time.
     pub fn new(prompt_ms: Option<f64>, per_token_ms: Option<f64>) -> Self {
         Self { prompt_ms, per_token_ms, ..Self::default() }
+    }
+
+    /// A service's latencies: to the first byte and for the whole request.
+    pub fn latency(first_token_ms: Option<f64>, total_ms: Option<f64>) -> Self {
+        Self { first_token_ms, total_ms, ..Self::default() }
     }
 
     /// The same timing with the token counts.

@@ -1,10 +1,10 @@
 //! Targets for what servers send: SSE streams and their chunks, the AWS event stream and
 //! JSON lines, Gemini streams and bodies, `/v1/models`.
 
+use quetta_aws::eventstream::EventStreamBody;
+use quetta_aws::JsonLines;
 use quetta_http::{BodyDecoder, EventDecoder, SseBody};
 use quetta_openai::decode::ChunkDecoder;
-use quetta_sagemaker::eventstream::EventStreamBody;
-use quetta_sagemaker::JsonLines;
 use quetta_vertex::GeminiDecoder;
 
 use crate::stride_and_body;

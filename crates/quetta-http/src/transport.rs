@@ -219,8 +219,9 @@ impl Transport {
 /// Turns a response body into events. One per request; `Send` so streams can move between
 /// worker threads. Every method is called with the arrival time already taken.
 pub trait BodyDecoder: Send {
-    /// The headers of a success answer, before any body byte: an `Err` fails the request
-    /// at once (a body this decoder cannot read, told by its content type).
+    /// The headers of a success answer, streamed or not, before any body byte: an `Err`
+    /// fails the request at once (a body this decoder cannot read, told by its content
+    /// type).
     fn on_headers(&mut self, _headers: &http::HeaderMap) -> Result<(), EngineError> {
         Ok(())
     }
@@ -541,7 +542,7 @@ impl ResponseStream {
             this.emit(w, EventKind::RequestWritten);
         }
         this.emit(at, EventKind::Headers { status, connection, headers });
-        let refused = if (200..300).contains(&status) && this.streaming {
+        let refused = if (200..300).contains(&status) {
             this.body.on_headers(resp.headers()).err()
         } else {
             None

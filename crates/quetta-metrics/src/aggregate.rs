@@ -377,6 +377,20 @@ pub struct ServerTimingSummary {
     pub requests_with_tpot: u64,
     pub server_tpot_ms_mean: Option<f64>,
     pub tpot_minus_server_tpot_ms_mean: Option<f64>,
+    /// The service's time to first byte (Bedrock's `firstByteLatency`) against TTFT.
+    #[serde(default)]
+    pub requests_with_ttft: u64,
+    #[serde(default)]
+    pub server_ttft_ms_mean: Option<f64>,
+    #[serde(default)]
+    pub ttft_minus_server_ttft_ms_mean: Option<f64>,
+    /// The service's whole time (Bedrock's `latencyMs`, `invocationLatency`) against E2E.
+    #[serde(default)]
+    pub requests_with_e2e: u64,
+    #[serde(default)]
+    pub server_e2e_ms_mean: Option<f64>,
+    #[serde(default)]
+    pub e2e_minus_server_e2e_ms_mean: Option<f64>,
 }
 
 /// How much of the run the client itself took (docs/METRICS.md, Client overhead).
@@ -493,6 +507,10 @@ pub struct Aggregate {
     /// same for the server's per-token time against TPOT.
     pub server_prefill: (u64, f64, f64),
     pub server_tpot: (u64, f64, f64),
+    /// The same for the service's time to first byte against TTFT, and its whole time
+    /// against E2E (Bedrock's `firstByteLatency`, `latencyMs`).
+    pub server_ttft: (u64, f64, f64),
+    pub server_e2e: (u64, f64, f64),
     /// Requests retried with `--retries`, and the extra attempts they took.
     pub retried_requests: u64,
     pub retry_attempts: u64,
@@ -697,6 +715,8 @@ impl Aggregate {
             turnaround_cycle_sum_ms: 0.0,
             server_prefill: (0, 0.0, 0.0),
             server_tpot: (0, 0.0, 0.0),
+            server_ttft: (0, 0.0, 0.0),
+            server_e2e: (0, 0.0, 0.0),
             retried_requests: 0,
             retry_attempts: 0,
             osl_planned: 0,
@@ -794,10 +814,16 @@ impl Aggregate {
             self.server_prefill.1 += s;
             self.server_prefill.2 += t - s;
         }
-        if let (Some(t), Some(s)) = (r.tpot_ms, r.server_tpot_ms) {
-            self.server_tpot.0 += 1;
-            self.server_tpot.1 += s;
-            self.server_tpot.2 += t - s;
+        for (acc, client, server) in [
+            (&mut self.server_tpot, r.tpot_ms, r.server_tpot_ms),
+            (&mut self.server_ttft, r.ttft_ms, r.server_ttft_ms),
+            (&mut self.server_e2e, r.e2e_ms, r.server_e2e_ms),
+        ] {
+            if let (Some(t), Some(s)) = (client, server) {
+                acc.0 += 1;
+                acc.1 += s;
+                acc.2 += t - s;
+            }
         }
         // Token counts are the server's (usage) or read from a file: they add saturating, so
         // an absurd count shows as the largest number rather than wrapping to a small one.
@@ -884,9 +910,12 @@ impl Aggregate {
         self.cycle_sum_ms += o.cycle_sum_ms;
         self.turnaround_sum_ms += o.turnaround_sum_ms;
         self.turnaround_cycle_sum_ms += o.turnaround_cycle_sum_ms;
-        for (a, b) in
-            [(&mut self.server_prefill, o.server_prefill), (&mut self.server_tpot, o.server_tpot)]
-        {
+        for (a, b) in [
+            (&mut self.server_prefill, o.server_prefill),
+            (&mut self.server_tpot, o.server_tpot),
+            (&mut self.server_ttft, o.server_ttft),
+            (&mut self.server_e2e, o.server_e2e),
+        ] {
             a.0 += b.0;
             a.1 += b.1;
             a.2 += b.2;
@@ -926,13 +955,20 @@ impl Aggregate {
     fn server_timing(&self) -> Option<ServerTimingSummary> {
         let mean = |n: u64, s: f64| (n > 0).then(|| round3(s / n as f64));
         let (p, t) = (self.server_prefill, self.server_tpot);
-        (p.0 + t.0 > 0).then(|| ServerTimingSummary {
+        let (f, e) = (self.server_ttft, self.server_e2e);
+        (p.0 + t.0 + f.0 + e.0 > 0).then(|| ServerTimingSummary {
             requests_with_prefill: p.0,
             server_prefill_ms_mean: mean(p.0, p.1),
             ttft_minus_server_prefill_ms_mean: mean(p.0, p.2),
             requests_with_tpot: t.0,
             server_tpot_ms_mean: mean(t.0, t.1),
             tpot_minus_server_tpot_ms_mean: mean(t.0, t.2),
+            requests_with_ttft: f.0,
+            server_ttft_ms_mean: mean(f.0, f.1),
+            ttft_minus_server_ttft_ms_mean: mean(f.0, f.2),
+            requests_with_e2e: e.0,
+            server_e2e_ms_mean: mean(e.0, e.1),
+            e2e_minus_server_e2e_ms_mean: mean(e.0, e.2),
         })
     }
 
@@ -1090,6 +1126,10 @@ struct Wire {
     #[serde(default)]
     server_tpot: (u64, f64, f64),
     #[serde(default)]
+    server_ttft: (u64, f64, f64),
+    #[serde(default)]
+    server_e2e: (u64, f64, f64),
+    #[serde(default)]
     retried_requests: u64,
     #[serde(default)]
     retry_attempts: u64,
@@ -1211,6 +1251,8 @@ impl Serialize for Aggregate {
             turnaround_cycle_sum_ms: self.turnaround_cycle_sum_ms,
             server_prefill: self.server_prefill,
             server_tpot: self.server_tpot,
+            server_ttft: self.server_ttft,
+            server_e2e: self.server_e2e,
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
             retry_attempts: self.retry_attempts,
@@ -1275,6 +1317,8 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.turnaround_cycle_sum_ms = w.turnaround_cycle_sum_ms;
         agg.server_prefill = w.server_prefill;
         agg.server_tpot = w.server_tpot;
+        agg.server_ttft = w.server_ttft;
+        agg.server_e2e = w.server_e2e;
         agg.retried_requests = w.retried_requests;
         agg.retry_attempts = w.retry_attempts;
         Ok(agg)

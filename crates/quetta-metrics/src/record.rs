@@ -215,6 +215,13 @@ pub struct RequestRecord {
     /// The server's own time per generated token (`timings.predicted_per_token_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_tpot_ms: Option<f64>,
+    /// The service's own time to the answer's first byte (Bedrock's `firstByteLatency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_ttft_ms: Option<f64>,
+    /// The service's own time for the whole request (Bedrock's `latencyMs`,
+    /// `invocationLatency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_e2e_ms: Option<f64>,
     /// Requests that embed or rank: how many inputs (texts, documents) they carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<u32>,
@@ -436,6 +443,8 @@ impl RequestRecord {
             release_ms: o.release.map(ms),
             server_prefill_ms: o.server_timing.and_then(|t| t.prompt_ms).map(round3),
             server_tpot_ms: o.server_timing.and_then(|t| t.per_token_ms).map(round3),
+            server_ttft_ms: o.server_timing.and_then(|t| t.first_token_ms).map(round3),
+            server_e2e_ms: o.server_timing.and_then(|t| t.total_ms).map(round3),
             inputs: (!o.kind.generates()).then_some(o.inputs),
             audio_s: o.audio_s.map(round3),
         }

@@ -8,7 +8,7 @@
 //! The API boundary is plain data with public fields — no `serde_json::Value` in results,
 //! no hyper or tokio types in signatures:
 //!
-//! - [`Target`] (OpenAI-compatible servers, LiteLLM, SageMaker, Vertex AI, the embedded
+//! - [`Target`] (OpenAI-compatible servers, LiteLLM, SageMaker, Bedrock, Vertex AI, the embedded
 //!   simulator, or an [`engine::Engine`] of your own) and its one [`Target::connect`];
 //! - [`WorkloadSpec`] (synthetic, profiles, datasets, traces, fitted distributions,
 //!   sessions, stress, vision) and [`Load`];
@@ -81,10 +81,11 @@ pub use quetta_workload::arrival::Arrival;
 pub use quetta_workload::spec::WorkloadSpec;
 pub use twin::{token_counter, Twin};
 
-/// The adapters' own configurations, for [`Target::sagemaker`] and [`Target::vertex`].
+/// The adapters' own configurations, for [`Target::sagemaker`], [`Target::bedrock`] and
+/// [`Target::vertex`].
 pub mod managed {
-    #[cfg(feature = "sagemaker")]
-    pub use quetta_sagemaker::{Payload, SageMakerConfig};
+    #[cfg(feature = "aws")]
+    pub use quetta_aws::{BedrockApi, BedrockConfig, Family, Payload, SageMakerConfig};
     #[cfg(feature = "vertex")]
     pub use quetta_vertex::{VertexApi, VertexConfig};
 }

@@ -194,17 +194,52 @@ pub(crate) fn target(b: &Benchmark, c: &Connected) -> Target {
     }
 }
 
-/// The server's own timing beside the client's, in words (docs/METRICS.md).
+/// The server's own timing beside the client's, in words (docs/METRICS.md): a clause for
+/// each figure the server gave.
 fn server_timing_note(st: &quetta_metrics::ServerTimingSummary, batched: bool) -> String {
     let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3} ms"));
+    let mut parts = Vec::new();
+    if st.requests_with_prefill > 0 {
+        parts.push(format!(
+            "TTFT − server prompt time {} on average (server prompt time {})",
+            f(st.ttft_minus_server_prefill_ms_mean),
+            f(st.server_prefill_ms_mean)
+        ));
+    }
+    if st.requests_with_tpot > 0 {
+        parts.push(format!(
+            "TPOT − server per-token time {} (server {})",
+            f(st.tpot_minus_server_tpot_ms_mean),
+            f(st.server_tpot_ms_mean)
+        ));
+    }
+    if st.requests_with_ttft > 0 {
+        parts.push(format!(
+            "TTFT − the service's time to first byte {} (service {})",
+            f(st.ttft_minus_server_ttft_ms_mean),
+            f(st.server_ttft_ms_mean)
+        ));
+    }
+    if st.requests_with_e2e > 0 {
+        parts.push(format!(
+            "E2E − the service's latency {} (service {})",
+            f(st.e2e_minus_server_e2e_ms_mean),
+            f(st.server_e2e_ms_mean)
+        ));
+    }
+    let n = [
+        st.requests_with_prefill,
+        st.requests_with_tpot,
+        st.requests_with_ttft,
+        st.requests_with_e2e,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
     format!(
-        "server-side timing (the server's own per-request timings, {} requests): TTFT − server prompt time {} on average (server prompt time {}), TPOT − server per-token time {} (server {}): the rest is queueing before the server, the network, any gateway and the client{}",
-        st.requests_with_prefill.max(st.requests_with_tpot),
-        f(st.ttft_minus_server_prefill_ms_mean),
-        f(st.server_prefill_ms_mean),
-        f(st.tpot_minus_server_tpot_ms_mean),
-        f(st.server_tpot_ms_mean),
-        if batched { "; with concurrent requests the server's prompt time can cover a whole batch of prompts (llama.cpp), so the difference then understates the overhead" } else { "" }
+        "server-side timing (the server's own per-request timings, {n} requests): {}: the rest is queueing before the server, the network, any gateway and the client{}",
+        parts.join(", "),
+        if batched && st.requests_with_prefill > 0 { "; with concurrent requests the server's prompt time can cover a whole batch of prompts (llama.cpp), so the difference then understates the overhead" } else { "" }
     )
 }
 
@@ -305,6 +340,15 @@ pub(crate) fn assemble(
         ));
     }
     metric_notes(b, &metrics, &mut notes);
+    if let Some(&n) = metrics.errors.get("throttled").filter(|n| **n > 0) {
+        notes.insert(
+            0,
+            format!(
+                "WARNING: {n} of {} requests were throttled by the provider (rate limit or quota): they are failures, never retried into successes, and the run measured the quota as much as the model",
+                metrics.completed + metrics.failed
+            ),
+        );
+    }
     run_notes(o, &mut notes);
     if let Some(n) = gpu.1 {
         notes.push(n);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quetta_engine::{Engine, EngineError, EngineRequest, Message, Prompt, RequestParams};
-#[cfg(any(feature = "sagemaker", feature = "vertex"))]
+#[cfg(any(feature = "aws", feature = "vertex"))]
 use quetta_http::TransportConfig;
 use quetta_openai::{list_models, ApiKey, LiteLlmConfig, LiteLlmEngine, OpenAiConfig};
 use quetta_sim::{SimConfig, Simulator};
@@ -33,8 +33,11 @@ pub enum TargetKind {
     /// A LiteLLM proxy: OpenAI's protocol, the proxy's key, its `x-litellm-*` headers kept.
     LiteLlm { base_url: String },
     /// An Amazon SageMaker endpoint (SigV4, the AWS credential chain).
-    #[cfg(feature = "sagemaker")]
-    SageMaker(Box<quetta_sagemaker::SageMakerConfig>),
+    #[cfg(feature = "aws")]
+    SageMaker(Box<quetta_aws::SageMakerConfig>),
+    /// Amazon Bedrock's runtime (Converse or Invoke; SigV4, the AWS credential chain).
+    #[cfg(feature = "aws")]
+    Bedrock(Box<quetta_aws::BedrockConfig>),
     /// Google Vertex AI (application default credentials).
     #[cfg(feature = "vertex")]
     Vertex(Box<quetta_vertex::VertexConfig>),
@@ -94,8 +97,10 @@ impl std::fmt::Debug for TargetKind {
         match self {
             TargetKind::Http { base_url } => write!(f, "Http({base_url})"),
             TargetKind::LiteLlm { base_url } => write!(f, "LiteLlm({base_url})"),
-            #[cfg(feature = "sagemaker")]
+            #[cfg(feature = "aws")]
             TargetKind::SageMaker(c) => write!(f, "SageMaker({})", c.endpoint_name),
+            #[cfg(feature = "aws")]
+            TargetKind::Bedrock(c) => write!(f, "Bedrock({})", c.model_id),
             #[cfg(feature = "vertex")]
             TargetKind::Vertex(c) => write!(f, "Vertex({}/{})", c.project, c.location),
             TargetKind::Simulator(_) => f.write_str("Simulator"),
@@ -208,9 +213,15 @@ impl Target {
     }
 
     /// An Amazon SageMaker endpoint.
-    #[cfg(feature = "sagemaker")]
-    pub fn sagemaker(cfg: quetta_sagemaker::SageMakerConfig) -> Self {
+    #[cfg(feature = "aws")]
+    pub fn sagemaker(cfg: quetta_aws::SageMakerConfig) -> Self {
         Self::of(TargetKind::SageMaker(Box::new(cfg)))
+    }
+
+    /// Amazon Bedrock's runtime.
+    #[cfg(feature = "aws")]
+    pub fn bedrock(cfg: quetta_aws::BedrockConfig) -> Self {
+        Self::of(TargetKind::Bedrock(Box::new(cfg)))
     }
 
     /// Google Vertex AI.
@@ -305,15 +316,17 @@ impl Target {
     /// Whether requests to this target can carry images.
     pub fn takes_images(&self) -> bool {
         match &self.kind {
-            #[cfg(feature = "sagemaker")]
-            TargetKind::SageMaker(c) => matches!(c.payload, quetta_sagemaker::Payload::OpenAi),
+            #[cfg(feature = "aws")]
+            TargetKind::SageMaker(c) => matches!(c.payload, quetta_aws::Payload::OpenAi),
+            #[cfg(feature = "aws")]
+            TargetKind::Bedrock(_) => false,
             #[cfg(feature = "vertex")]
             TargetKind::Vertex(c) => c.api != quetta_vertex::VertexApi::Predict,
             _ => self.protocol.takes_messages(),
         }
     }
 
-    #[cfg(any(feature = "sagemaker", feature = "vertex"))]
+    #[cfg(any(feature = "aws", feature = "vertex"))]
     fn transport(&self) -> TransportConfig {
         TransportConfig {
             insecure: self.insecure,
@@ -366,8 +379,10 @@ impl Target {
                 api_key: None,
                 insecure: self.insecure,
             }),
-            #[cfg(feature = "sagemaker")]
+            #[cfg(feature = "aws")]
             TargetKind::SageMaker(cfg) => self.connect_sagemaker(cfg).await,
+            #[cfg(feature = "aws")]
+            TargetKind::Bedrock(cfg) => self.connect_bedrock(cfg).await,
             #[cfg(feature = "vertex")]
             TargetKind::Vertex(cfg) => self.connect_vertex(cfg).await,
         }
@@ -514,23 +529,20 @@ impl Target {
         })
     }
 
-    #[cfg(feature = "sagemaker")]
-    async fn connect_sagemaker(
-        &self,
-        cfg: &quetta_sagemaker::SageMakerConfig,
-    ) -> Result<Connected> {
+    #[cfg(feature = "aws")]
+    async fn connect_sagemaker(&self, cfg: &quetta_aws::SageMakerConfig) -> Result<Connected> {
         let mut c = cfg.clone();
         c.model = self.model.clone().unwrap_or_else(|| c.endpoint_name.clone());
         c.transport = self.transport();
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         c.session_body_field.clone_from(&self.session_body_field);
         let payload = match &c.payload {
-            quetta_sagemaker::Payload::OpenAi => "openai",
-            quetta_sagemaker::Payload::JumpStart => "jumpstart",
+            quetta_aws::Payload::OpenAi => "openai",
+            quetta_aws::Payload::JumpStart => "jumpstart",
             _ => "template",
         };
         let (name, url, model) = (c.endpoint_name.clone(), c.endpoint_url.clone(), c.model.clone());
-        let e = quetta_sagemaker::SageMakerEngine::new(c)
+        let e = quetta_aws::SageMakerEngine::new(c)
             .await
             .map_err(|e| Error::Target(format!("setting up the SageMaker adapter: {e}")))?;
         let base = url
@@ -547,6 +559,50 @@ impl Target {
             protocol: Protocol::Chat,
             embedded_simulator: false,
             notes: vec![note],
+            simulator: None,
+            api_key: None,
+            insecure: self.insecure,
+        })
+    }
+
+    #[cfg(feature = "aws")]
+    async fn connect_bedrock(&self, cfg: &quetta_aws::BedrockConfig) -> Result<Connected> {
+        let mut c = cfg.clone();
+        if let Some(m) = &self.model {
+            c.model_id.clone_from(m);
+        }
+        if c.model_id.is_empty() {
+            return Err(Error::config(
+                "Bedrock needs a model: a model id, an inference profile id or an ARN",
+            ));
+        }
+        c.transport = self.transport();
+        c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        let (model, api) = (c.model_id.clone(), c.api);
+        let e = quetta_aws::BedrockEngine::new(c)
+            .await
+            .map_err(|e| Error::Target(format!("setting up the Bedrock adapter: {e}")))?;
+        let body = match e.family() {
+            Some(f) => format!("the {} family's own body", f.name),
+            None => "Converse's body".into(),
+        };
+        let notes = vec![format!(
+            "Bedrock {model} in {} ({} API, {body}); requests signed with SigV4, credentials from the AWS chain refreshed before expiry",
+            e.region(),
+            api.name()
+        )];
+        let base = e.base_url().to_owned();
+        if self.preflight {
+            preflight_request(&e, &base, Protocol::Chat, &self.headers).await?;
+        }
+        Ok(Connected {
+            backend: e.name().to_owned(),
+            engine: Arc::new(e),
+            model,
+            base_url: base,
+            protocol: Protocol::Chat,
+            embedded_simulator: false,
+            notes,
             simulator: None,
             api_key: None,
             insecure: self.insecure,

@@ -6,10 +6,8 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::time::Duration;
 
+use quetta_aws::{static_credentials, CredentialSource, Payload, SageMakerConfig, SageMakerEngine};
 use quetta_engine::{Engine, EngineRequest, EventKind, Prompt, TimedEvent};
-use quetta_sagemaker::{
-    static_credentials, CredentialSource, Payload, SageMakerConfig, SageMakerEngine,
-};
 use quetta_sim::providers::{AwsKey, FakeConfig, ProviderFake};
 
 const AKID: &str = "AKIDQUETTATEST";
@@ -183,7 +181,7 @@ async fn aws_error_types_map_to_typed_kinds() {
         (400, "ValidationError", "validation"),
         (503, "ServiceUnavailable", "http_5xx"),
     ] {
-        let f = fake(|c| c.sagemaker_error = Some((code, t.into())));
+        let f = fake(|c| c.aws_error = Some((code, t.into())));
         let e = engine(&f, SECRET, Payload::OpenAi).await;
         let ev = collect(&e, req(1, 4, true)).await;
         let err = error(&ev).expect("an error");

@@ -3,8 +3,8 @@
 //! newline once, so the cost grows with the line, not with its square.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use quetta_aws::JsonLines;
 use quetta_http::BodyDecoder;
-use quetta_sagemaker::JsonLines;
 
 fn line(bytes: usize) -> Vec<u8> {
     let mut l = br#"{"token":{"text":""#.to_vec();

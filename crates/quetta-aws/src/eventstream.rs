@@ -1,15 +1,23 @@
-//! The AWS binary event stream of `InvokeEndpointWithResponseStream`: frames with a prelude
-//! CRC and a message CRC (checked by `aws-smithy-eventstream`), each an event
-//! (`PayloadPart`: the next bytes of the container's own answer) or an exception
-//! (`ModelStreamError`, `InternalStreamFailure`). Frames are re-assembled across body
-//! chunks; payload parts are handed to the container's framing decoder, since part
-//! boundaries follow neither tokens nor lines.
+//! The AWS binary event stream, one decoder for every AWS adapter: frames with a prelude
+//! CRC and a message CRC (checked by `aws-smithy-eventstream`), each an event or an
+//! exception. Frames are re-assembled across body chunks. Events go one of two ways:
+//!
+//! - [`Events::Parts`]: SageMaker's `PayloadPart`s, the next bytes of the container's own
+//!   answer, handed to the container's framing decoder (part boundaries follow neither
+//!   tokens nor lines);
+//! - [`Events::Typed`]: each event whole, by its `:event-type`, to an [`EventDecoder`]
+//!   (Bedrock's `contentBlockDelta`, `metadata`, `chunk`…), as SSE events are.
+//!
+//! Exceptions are typed by their `:exception-type`, in SageMaker's spelling
+//! (`ModelStreamError`, `InternalStreamFailure`) and Bedrock's (`throttlingException`,
+//! `modelStreamErrorException`, `validationException`, `serviceUnavailableException`,
+//! `internalServerException`, `modelTimeoutException`).
 
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{HeaderValue, Message};
 use bytes::BytesMut;
 use quetta_engine::{EngineError, EventKind};
-use quetta_http::BodyDecoder;
+use quetta_http::{BodyDecoder, EventDecoder};
 
 /// The content type of an AWS event stream.
 pub const CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
@@ -19,11 +27,29 @@ const PRELUDE: usize = 12;
 /// the headers (`:event-type`, `:content-type`, `:message-type` take about 100).
 const FRAME_OVERHEAD: usize = 64 << 10;
 
-/// Decodes event-stream frames and feeds their payload parts to `inner`.
+/// Where the events of a stream go.
+#[non_exhaustive]
+pub enum Events {
+    /// Payload parts, re-buffered into the inner decoder's own framing.
+    Parts(Box<dyn BodyDecoder>),
+    /// Whole events, each by its `:event-type`.
+    Typed(Box<dyn EventDecoder>),
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Parts(_) => "Parts",
+            Self::Typed(_) => "Typed",
+        })
+    }
+}
+
+/// Decodes event-stream frames and feeds their events to the adapter's decoder.
 pub struct EventStreamBody {
     frames: MessageFrameDecoder,
     buf: BytesMut,
-    inner: Box<dyn BodyDecoder>,
+    inner: Events,
     /// The largest frame accepted (a payload part of at most the event cap, plus headers).
     max_frame: usize,
     /// Whether the prelude of the frame now in `buf` has been checked.
@@ -39,8 +65,18 @@ impl std::fmt::Debug for EventStreamBody {
 }
 
 impl EventStreamBody {
-    /// Frames of at most `max_part_bytes` of payload (plus headers) are accepted.
+    /// Payload parts for `inner`; frames of at most `max_part_bytes` of payload (plus
+    /// headers) are accepted.
     pub fn new(inner: Box<dyn BodyDecoder>, max_part_bytes: usize) -> Self {
+        Self::of(Events::Parts(inner), max_part_bytes)
+    }
+
+    /// Whole events for `events`.
+    pub fn typed(events: Box<dyn EventDecoder>, max_event_bytes: usize) -> Self {
+        Self::of(Events::Typed(events), max_event_bytes)
+    }
+
+    fn of(inner: Events, max_part_bytes: usize) -> Self {
         Self {
             frames: MessageFrameDecoder::new(),
             buf: BytesMut::new(),
@@ -104,29 +140,40 @@ fn exception_message(m: &Message) -> String {
     }
 }
 
+/// The typed error of an exception message, in SageMaker's and Bedrock's spellings.
+pub fn exception(kind: Option<&str>, msg: &str) -> EngineError {
+    let Some(k) = kind else { return EngineError::ServerError(msg.to_owned()) };
+    let words = format!("{k}: {msg}");
+    let mut lower = k.to_owned();
+    lower[..1.min(k.len())].make_ascii_lowercase();
+    match lower.trim_end_matches("Exception") {
+        "modelStreamError" | "modelError" => EngineError::Model(words),
+        "internalStreamFailure" => EngineError::StreamFailure(words),
+        "throttling" | "serviceQuotaExceeded" => EngineError::Throttled(words),
+        "validation" => EngineError::Validation(words),
+        "accessDenied" => EngineError::Auth(words),
+        "modelTimeout" => EngineError::Model(words),
+        _ => EngineError::ServerError(words),
+    }
+}
+
 impl EventStreamBody {
     fn message(&mut self, m: &Message, out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
         match header(m, ":message-type") {
-            Some("event") => match header(m, ":event-type") {
-                Some("PayloadPart") => {
+            Some("event") => match (&mut self.inner, header(m, ":event-type")) {
+                (Events::Parts(inner), Some("PayloadPart")) => {
                     self.parts += 1;
-                    self.inner.on_data(m.payload(), out)
+                    inner.on_data(m.payload(), out)
                 }
                 // Unknown events are skipped, as the SDKs do.
-                _ => Ok(()),
+                (Events::Parts(_), _) | (Events::Typed(_), None) => Ok(()),
+                (Events::Typed(d), Some(t)) => {
+                    self.parts += 1;
+                    d.on_event(t.as_bytes(), m.payload(), out)
+                }
             },
             Some("exception") => {
-                let msg = exception_message(m);
-                Err(match header(m, ":exception-type") {
-                    Some("ModelStreamError") => {
-                        EngineError::Model(format!("ModelStreamError: {msg}"))
-                    }
-                    Some("InternalStreamFailure") => {
-                        EngineError::StreamFailure(format!("InternalStreamFailure: {msg}"))
-                    }
-                    Some(other) => EngineError::ServerError(format!("{other}: {msg}")),
-                    None => EngineError::ServerError(msg),
-                })
+                Err(exception(header(m, ":exception-type"), &exception_message(m)))
             }
             Some("error") => Err(EngineError::StreamFailure(format!(
                 "{}: {}",
@@ -171,7 +218,7 @@ impl BodyDecoder for EventStreamBody {
                     return Err(EngineError::Protocol(format!("bad event-stream frame: {e}")))
                 }
             }
-            if self.inner.is_done() {
+            if self.is_done() {
                 return Ok(());
             }
         }
@@ -184,7 +231,10 @@ impl BodyDecoder for EventStreamBody {
                 self.buf.len()
             )));
         }
-        self.inner.on_end(out)
+        match &mut self.inner {
+            Events::Parts(inner) => inner.on_end(out),
+            Events::Typed(_) => Ok(()),
+        }
     }
 
     fn decode_full(
@@ -192,19 +242,33 @@ impl BodyDecoder for EventStreamBody {
         body: &[u8],
         out: &mut dyn FnMut(EventKind),
     ) -> Result<(), EngineError> {
-        self.inner.decode_full(body, out)
+        match &mut self.inner {
+            Events::Parts(inner) => inner.decode_full(body, out),
+            Events::Typed(d) => d.decode_full(body, out),
+        }
     }
 
     fn is_done(&self) -> bool {
-        self.inner.is_done()
+        match &self.inner {
+            Events::Parts(inner) => inner.is_done(),
+            Events::Typed(d) => d.is_done(),
+        }
     }
 
     fn is_complete(&self) -> bool {
-        self.inner.is_complete()
+        match &self.inner {
+            Events::Parts(inner) => inner.is_complete(),
+            Events::Typed(d) => {
+                d.is_done() || d.finish_reason().is_some() || d.complete_at_body_end()
+            }
+        }
     }
 
     fn finish_reason(&self) -> Option<String> {
-        self.inner.finish_reason()
+        match &self.inner {
+            Events::Parts(inner) => inner.finish_reason(),
+            Events::Typed(d) => d.finish_reason(),
+        }
     }
 }
 

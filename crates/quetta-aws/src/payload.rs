@@ -5,8 +5,14 @@
 //! - `jumpstart`: `{"inputs", "parameters": {"max_new_tokens", …}, "stream"}`; the streamed
 //!   answer is JSON lines (`{"token": {"text": …}}`, a final line with `details`), with or
 //!   without a `data:` prefix.
-//! - `template`: the user's JSON body with `{{prompt}}`, `{{messages}}`, `{{max_tokens}}` and
-//!   `{{stream}}` placeholders, and a JSON pointer to the text of each streamed line.
+//! - `template`: the user's JSON body with placeholders, and a JSON pointer to the text of
+//!   each streamed line. The placeholders, for every AWS template (Bedrock's model bodies
+//!   too): `{{prompt}}` (the prompt as one text; also replaced inside a longer string),
+//!   `{{messages}}` (the chat messages as OpenAI's), `{{chat}}` and `{{chat_blocks}}` (the
+//!   messages without the system ones, content as a string or as `[{"text": …}]`),
+//!   `{{system}}` and `{{system_blocks}}`, `{{max_tokens}}`, `{{temperature}}`, `{{top_p}}`,
+//!   `{{seed}}` and `{{stream}}`. An object member whose placeholder has no value is left
+//!   out.
 
 use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Message, Prompt, Usage};
 use quetta_http::BodyDecoder;
@@ -15,8 +21,8 @@ use serde_json::{json, Map, Value};
 /// The request and response format the endpoint's container speaks.
 ///
 /// ```
-/// let p = quetta_sagemaker::Payload::JumpStart;
-/// assert_ne!(p, quetta_sagemaker::Payload::OpenAi);
+/// let p = quetta_aws::Payload::JumpStart;
+/// assert_ne!(p, quetta_aws::Payload::OpenAi);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -49,7 +55,7 @@ pub(crate) fn prompt_text(p: &Prompt) -> Result<String, EngineError> {
         Prompt::Text(t) => Ok(t.clone()),
         Prompt::Chat(m) => Ok(m.iter().map(Message::text_content).collect::<Vec<_>>().join("\n")),
         other => Err(EngineError::Request(format!(
-            "this payload format cannot send a prompt like {other:?}; use --sagemaker-payload openai"
+            "this payload format sends text; it cannot send a prompt like {other:?}"
         ))),
     }
 }
@@ -81,35 +87,86 @@ pub(crate) fn jumpstart_body(req: &EngineRequest) -> Result<Value, EngineError> 
     Ok(b)
 }
 
-/// The template with its placeholders filled.
-pub(crate) fn fill_template(t: &Value, req: &EngineRequest) -> Result<Value, EngineError> {
-    let text = prompt_text(&req.prompt)?;
-    let messages = match &req.prompt {
-        Prompt::Chat(m) => {
-            serde_json::to_value(m).map_err(|e| EngineError::Request(e.to_string()))?
-        }
-        _ => json!([{"role": "user", "content": text}]),
-    };
-    fn fill(v: &Value, text: &str, messages: &Value, req: &EngineRequest) -> Value {
-        match v {
-            Value::String(s) => match s.as_str() {
-                "{{prompt}}" => Value::String(text.to_owned()),
-                "{{messages}}" => messages.clone(),
-                "{{max_tokens}}" => req.max_tokens.map_or(Value::Null, |n| json!(n)),
-                "{{stream}}" => Value::Bool(req.stream),
-                _ if s.contains("{{prompt}}") => Value::String(s.replace("{{prompt}}", text)),
-                _ => v.clone(),
-            },
-            Value::Array(a) => {
-                Value::Array(a.iter().map(|x| fill(x, text, messages, req)).collect())
-            }
-            Value::Object(o) => Value::Object(
-                o.iter().map(|(k, x)| (k.clone(), fill(x, text, messages, req))).collect(),
+/// The values of a template's placeholders for one request (see the module's docs).
+struct Placeholders {
+    text: String,
+    values: [(&'static str, Option<Value>); 9],
+}
+
+impl Placeholders {
+    fn of(req: &EngineRequest) -> Result<Self, EngineError> {
+        let text = prompt_text(&req.prompt)?;
+        let all: Vec<Message> = match &req.prompt {
+            Prompt::Chat(m) => m.clone(),
+            _ => vec![Message::text("user", text.clone())],
+        };
+        let messages =
+            serde_json::to_value(&all).map_err(|e| EngineError::Request(e.to_string()))?;
+        let (system, chat): (Vec<&Message>, Vec<&Message>) =
+            all.iter().partition(|m| m.role == "system");
+        let system_text = system.iter().map(|m| m.text_content()).collect::<Vec<_>>().join("\n");
+        let has_system = !system.is_empty();
+        let s = req.sampling();
+        let values = [
+            ("{{messages}}", Some(messages)),
+            (
+                "{{chat}}",
+                Some(
+                    chat.iter()
+                        .map(|m| json!({"role": m.role, "content": m.text_content()}))
+                        .collect(),
+                ),
             ),
-            _ => v.clone(),
+            (
+                "{{chat_blocks}}",
+                Some(
+                    chat.iter()
+                        .map(|m| json!({"role": m.role, "content": [{"text": m.text_content()}]}))
+                        .collect(),
+                ),
+            ),
+            ("{{system}}", has_system.then(|| json!(system_text))),
+            ("{{system_blocks}}", has_system.then(|| json!([{"text": system_text}]))),
+            ("{{max_tokens}}", req.max_tokens.map(|n| json!(n))),
+            ("{{temperature}}", s.temperature.map(|t| json!(t))),
+            ("{{top_p}}", s.top_p.map(|t| json!(t))),
+            ("{{seed}}", s.seed.map(|t| json!(t))),
+        ];
+        Ok(Self { text, values })
+    }
+
+    /// The value of a whole-string placeholder (`None`: it has none, and its object member
+    /// is left out), or the string itself with `{{prompt}}` replaced inside it.
+    fn fill_string(&self, s: &str, req: &EngineRequest) -> Option<Value> {
+        match s {
+            "{{prompt}}" => Some(Value::String(self.text.clone())),
+            "{{stream}}" => Some(Value::Bool(req.stream)),
+            _ => match self.values.iter().find(|(k, _)| *k == s) {
+                Some((_, v)) => v.clone(),
+                None => Some(Value::String(s.replace("{{prompt}}", &self.text))),
+            },
         }
     }
-    Ok(fill(t, &text, &messages, req))
+
+    fn fill(&self, v: &Value, req: &EngineRequest) -> Option<Value> {
+        match v {
+            Value::String(s) => self.fill_string(s, req),
+            Value::Array(a) => Some(Value::Array(
+                a.iter().map(|x| self.fill(x, req).unwrap_or(Value::Null)).collect(),
+            )),
+            Value::Object(o) => Some(Value::Object(
+                o.iter().filter_map(|(k, x)| self.fill(x, req).map(|x| (k.clone(), x))).collect(),
+            )),
+            _ => Some(v.clone()),
+        }
+    }
+}
+
+/// The template with its placeholders filled; an object member whose placeholder has no
+/// value is left out.
+pub(crate) fn fill_template(t: &Value, req: &EngineRequest) -> Result<Value, EngineError> {
+    let p = Placeholders::of(req)?;
+    Ok(p.fill(t, req).unwrap_or(Value::Null))
 }
 
 /// Streamed JSON lines (`{"token": {"text": …}}` per line, `details` on the last), each
@@ -344,6 +401,24 @@ mod tests {
         assert_eq!(
             b,
             json!({"input": {"text": "hi \"there\"", "n": 7}, "s": true, "note": "Q: hi \"there\""})
+        );
+
+        // The system prompt apart, content as blocks, and members without values left out.
+        let t = json!({"system": "{{system_blocks}}", "messages": "{{chat_blocks}}", "s": "{{system}}",
+                       "cfg": {"maxTokens": "{{max_tokens}}", "temperature": "{{temperature}}"}});
+        let r = EngineRequest::new(
+            2,
+            Prompt::Chat(vec![Message::text("system", "be brief"), Message::text("user", "hi")]),
+        );
+        assert_eq!(
+            fill_template(&t, &r).unwrap(),
+            json!({"system": [{"text": "be brief"}], "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+                   "s": "be brief", "cfg": {}})
+        );
+        let r = EngineRequest::new(3, Prompt::Text("hi".into()));
+        assert_eq!(
+            fill_template(&t, &r).unwrap(),
+            json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}], "cfg": {}})
         );
     }
 }

@@ -7,6 +7,11 @@
 //!   AWS event-stream frames (prelude and message CRC-32), each SSE event or JSON line split
 //!   over two payload parts, optionally delivered one byte per body chunk, with an optional
 //!   corrupted CRC or a `ModelStreamError` exception.
+//! - Amazon Bedrock runtime: `POST /model/ID/converse-stream`, `/converse`,
+//!   `/invoke-with-response-stream` and `/invoke`, signed for `bedrock` and checked as
+//!   above; bodies checked strictly and answered in event-stream frames (see `providers/bedrock.rs`).
+//!   Optionally every Nth AWS request is throttled (429 `ThrottlingException`) or a stream
+//!   ends in an exception event.
 //! - Google: an OAuth token endpoint (`POST /token`) that verifies the RS256 signature of a
 //!   service account's JWT assertion (or a refresh token) and issues short-lived tokens, a
 //!   metadata-server token route, and Vertex AI routes (`:streamGenerateContent?alt=sse`,
@@ -35,6 +40,8 @@ use serde_json::{json, Value};
 use tokio::time::Sleep;
 
 use crate::SimError;
+
+mod bedrock;
 
 /// AWS credentials the fake accepts.
 #[derive(Clone)]
@@ -80,9 +87,15 @@ pub struct FakeConfig {
     pub bad_crc_at: Option<u32>,
     /// Send a `ModelStreamError` exception instead of this token (0-based).
     pub model_stream_error_at: Option<u32>,
-    /// Answer every SageMaker request with this status and `x-amzn-ErrorType` (after the
-    /// signature check), e.g. `(429, "ThrottlingException")`, `(424, "ModelError")`.
-    pub sagemaker_error: Option<(u16, String)>,
+    /// Answer every SageMaker and Bedrock request with this status and `x-amzn-ErrorType`
+    /// (after the signature check), e.g. `(429, "ThrottlingException")`, `(424, "ModelError")`.
+    pub aws_error: Option<(u16, String)>,
+    /// Answer every Nth SageMaker or Bedrock request (1-based: N, 2N, …) with 429
+    /// `ThrottlingException`, as an account over its quota is.
+    pub throttle_every: Option<u64>,
+    /// Send this Bedrock exception event (`throttlingException`, `modelStreamErrorException`,
+    /// …) instead of this token (0-based).
+    pub bedrock_exception_at: Option<(u32, String)>,
     /// Lifetime of AWS credentials issued by the container and IMDS routes.
     pub aws_credentials_lifetime: Duration,
 }
@@ -98,7 +111,9 @@ impl Default for FakeConfig {
             split_every_byte: false,
             bad_crc_at: None,
             model_stream_error_at: None,
-            sagemaker_error: None,
+            aws_error: None,
+            throttle_every: None,
+            bedrock_exception_at: None,
             aws_credentials_lifetime: Duration::from_secs(3600),
         }
     }
@@ -129,6 +144,8 @@ pub struct Issued {
 
 struct Shared {
     cfg: FakeConfig,
+    /// SageMaker and Bedrock requests whose signature was accepted.
+    aws_requests: std::sync::atomic::AtomicU64,
     records: Mutex<Vec<FakeRecord>>,
     tokens: Mutex<HashMap<String, Issued>>,
     base: Mutex<String>,
@@ -162,7 +179,11 @@ impl Drop for ProviderFake {
 impl ProviderFake {
     /// Start on an ephemeral 127.0.0.1 port, on its own thread and runtime.
     pub fn start(cfg: FakeConfig) -> Result<Self, SimError> {
-        let bind: SocketAddr = "127.0.0.1:0".parse().expect("static address");
+        Self::start_on(cfg, "127.0.0.1:0".parse().expect("static address"))
+    }
+
+    /// Start on `bind`, on its own thread and runtime.
+    pub fn start_on(cfg: FakeConfig, bind: SocketAddr) -> Result<Self, SimError> {
         let l = std::net::TcpListener::bind(bind)
             .map_err(|source| SimError::Bind { addr: bind, source })?;
         l.set_nonblocking(true).map_err(SimError::Runtime)?;
@@ -175,6 +196,7 @@ impl ProviderFake {
             .map_err(SimError::Runtime)?;
         let sh = Arc::new(Shared {
             cfg,
+            aws_requests: std::sync::atomic::AtomicU64::new(0),
             records: Mutex::new(Vec::new()),
             tokens: Mutex::new(HashMap::new()),
             base: Mutex::new(format!("http://{addr}")),
@@ -268,7 +290,7 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
             push(&sh, rec);
             r
         }
-        Ok(Reply::Stream { ct, frames }) => {
+        Ok(Reply::Stream { ct, frames, headers }) => {
             let mut r = Response::new(Either::Right(Timed::new(
                 frames,
                 rec,
@@ -276,6 +298,9 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Result<Response<Body
                 sh.cfg.split_every_byte && ct == EVENT_STREAM,
             )));
             r.headers_mut().insert(http::header::CONTENT_TYPE, ct.parse().expect("static"));
+            for (k, v) in headers {
+                r.headers_mut().insert(k, v.parse().expect("ascii header"));
+            }
             r
         }
         Err((status, headers, body)) => {
@@ -304,6 +329,8 @@ enum Reply {
     Stream {
         ct: &'static str,
         frames: Vec<(Duration, Bytes, bool)>,
+        /// Further response headers.
+        headers: Vec<(&'static str, String)>,
     },
 }
 
@@ -331,24 +358,14 @@ fn route(
         }
         return Ok(Reply::Done(Box::new(issue(sh, "metadata"))));
     }
+    if let Some(rest) = path.strip_prefix("/model/") {
+        check_sigv4(parts, body, sh, "bedrock")?;
+        aws_refusal(sh)?;
+        return bedrock::route(rest, body, &sh.cfg);
+    }
     if let Some(rest) = path.strip_prefix("/endpoints/") {
-        check_sigv4(parts, body, sh)?;
-        if let Some((code, t)) = &sh.cfg.sagemaker_error {
-            let msg = match t.as_str() {
-                "ModelError" => {
-                    json!({"OriginalStatusCode": 500, "OriginalMessage": "CUDA out of memory", "message": "Received server error (500) from primary with message \"CUDA out of memory\"."})
-                }
-                _ => json!({"message": format!("simulated {t}")}),
-            };
-            return Err((
-                StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_REQUEST),
-                vec![(
-                    "x-amzn-errortype",
-                    format!("{t}:http://internal.amazon.com/coral/com.amazon.sagemaker/"),
-                )],
-                msg.to_string(),
-            ));
-        }
+        check_sigv4(parts, body, sh, "sagemaker")?;
+        aws_refusal(sh)?;
         let v: Value = serde_json::from_slice(body).map_err(|_| {
             (
                 StatusCode::BAD_REQUEST,
@@ -381,6 +398,35 @@ fn route(
         };
     }
     Err((StatusCode::NOT_FOUND, vec![], "{}".into()))
+}
+
+/// The configured error answer, or the quota's throttling, of a signed AWS request.
+fn aws_refusal(sh: &Shared) -> Result<(), Refusal> {
+    let n = sh.aws_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let throttled = sh.cfg.throttle_every.is_some_and(|e| e > 0 && n % e == 0);
+    let err = match &sh.cfg.aws_error {
+        Some((code, t)) => Some((*code, t.as_str())),
+        None if throttled => Some((429, "ThrottlingException")),
+        None => None,
+    };
+    let Some((code, t)) = err else { return Ok(()) };
+    let msg = match t {
+        "ModelError" => {
+            json!({"OriginalStatusCode": 500, "OriginalMessage": "CUDA out of memory", "message": "Received server error (500) from primary with message \"CUDA out of memory\"."})
+        }
+        "ThrottlingException" => {
+            json!({"message": "Too many requests, please wait before trying again."})
+        }
+        _ => json!({"message": format!("simulated {t}")}),
+    };
+    Err((
+        StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
+        vec![(
+            "x-amzn-errortype",
+            format!("{t}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
+        )],
+        msg.to_string(),
+    ))
 }
 
 fn google_error(code: u16, status: &str, msg: &str) -> Refusal {
@@ -493,7 +539,12 @@ fn canonical_uri(path: &str) -> String {
     o
 }
 
-fn check_sigv4(parts: &http::request::Parts, body: &[u8], sh: &Shared) -> Result<(), Refusal> {
+fn check_sigv4(
+    parts: &http::request::Parts,
+    body: &[u8],
+    sh: &Shared,
+    service: &str,
+) -> Result<(), Refusal> {
     let Some(key) = &sh.cfg.aws else { return Ok(()) };
     let deny = |t: &str, m: &str| -> Refusal {
         (
@@ -535,7 +586,7 @@ fn check_sigv4(parts: &http::request::Parts, body: &[u8], sh: &Shared) -> Result
             "The security token included in the request is invalid.",
         ));
     }
-    if scope[2] != key.region || scope[3] != "sagemaker" {
+    if scope[2] != key.region || scope[3] != service {
         return Err(deny(
             "InvalidSignatureException",
             "Credential should be scoped to a valid region and service",
@@ -675,7 +726,11 @@ fn prompt_words(v: &Value) -> u64 {
             _ => 0,
         }
     }
-    ["messages", "inputs", "contents", "instances"].iter().filter_map(|k| v.get(*k)).map(walk).sum()
+    ["messages", "inputs", "contents", "instances", "system", "prompt", "inputText"]
+        .iter()
+        .filter_map(|k| v.get(*k))
+        .map(walk)
+        .sum()
 }
 
 fn at(cfg: &FakeConfig, i: u32) -> Duration {
@@ -707,7 +762,7 @@ fn sagemaker_stream(v: &Value, cfg: &FakeConfig) -> Reply {
                 false,
             );
             frames.push((t, Bytes::from(f), false));
-            return Reply::Stream { ct: EVENT_STREAM, frames };
+            return Reply::Stream { ct: EVENT_STREAM, frames, headers: vec![] };
         }
         let w = word(i);
         text.push_str(&w);
@@ -736,7 +791,7 @@ fn sagemaker_stream(v: &Value, cfg: &FakeConfig) -> Reply {
         )
     };
     frames.push((t, two_parts(tail.as_bytes(), false), false));
-    Reply::Stream { ct: EVENT_STREAM, frames }
+    Reply::Stream { ct: EVENT_STREAM, frames, headers: vec![] }
 }
 
 fn sagemaker_full(v: &Value, cfg: &FakeConfig) -> Reply {
@@ -751,6 +806,7 @@ fn sagemaker_full(v: &Value, cfg: &FakeConfig) -> Reply {
     Reply::Stream {
         ct: "application/json",
         frames: vec![(at(cfg, n.saturating_sub(1)), Bytes::from(body.to_string()), true)],
+        headers: vec![],
     }
 }
 
@@ -920,7 +976,7 @@ fn gemini_stream(v: &Value, cfg: &FakeConfig) -> Reply {
         }
         frames.push((at(cfg, i), Bytes::from(format!("data: {c}\r\n\r\n")), true));
     }
-    Reply::Stream { ct: "text/event-stream", frames }
+    Reply::Stream { ct: "text/event-stream", frames, headers: vec![] }
 }
 
 fn gemini_full(v: &Value, cfg: &FakeConfig) -> Response<Body> {
@@ -946,7 +1002,7 @@ fn openai_stream(v: &Value, cfg: &FakeConfig) -> Reply {
         json!({"choices": [], "usage": usage})
     );
     frames.push((at(cfg, n.saturating_sub(1)), Bytes::from(tail), false));
-    Reply::Stream { ct: "text/event-stream", frames }
+    Reply::Stream { ct: "text/event-stream", frames, headers: vec![] }
 }
 
 fn predict(v: &Value, cfg: &FakeConfig) -> Response<Body> {
