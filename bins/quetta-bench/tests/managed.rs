@@ -371,3 +371,153 @@ fn sagemaker_credentials_from_the_container_endpoint_and_instance_metadata() {
     assert_no_secret(&out, &[&o, &o2], &[AWS_SECRET, "fake-session-", "imds-session-token"]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `quetta-bench run|sweep|slo|compare|export|report` against Bedrock's fake with profile
+/// credentials: Converse and Invoke (an inference-profile ARN), throttled requests counted
+/// as such and warned about, the service's own latency beside the client's, and every output
+/// searched for the secrets.
+#[test]
+fn bedrock_runs_sweeps_and_comparisons_with_throttling_and_no_secret_in_any_output() {
+    // every 5th signed request over the quota (the pre-flight is the first)
+    let fake = aws_fake("AKIDQUETTACLI", "eu-west-1", |c| {
+        c.throttle_every = Some(5);
+        c.ttft = Duration::from_millis(20);
+        c.itl = Duration::from_millis(2);
+    });
+    let d = tmpdir("bedrock");
+    let (creds, config) = aws_files(&d, AWS_SECRET);
+    let cmd = |args: &[&str]| {
+        bin()
+            .args(args)
+            .env("AWS_SHARED_CREDENTIALS_FILE", &creds)
+            .env("AWS_CONFIG_FILE", &config)
+            .env("AWS_PROFILE", "quetta")
+            .output()
+            .unwrap()
+    };
+    let url = fake.base_url();
+    let target = ["--backend", "bedrock", "--aws-endpoint-url", url.as_str()];
+    let load = [
+        "--num-requests",
+        "8",
+        "--concurrency",
+        "2",
+        "--output-len",
+        "12",
+        "--input-len",
+        "20",
+        "--overwrite",
+        "--min-success-rate",
+        "0.5",
+    ];
+    let (a, b) = (d.join("runs/a"), d.join("runs/b"));
+    let model = ["--model", "eu.anthropic.claude-3-7-sonnet-20250219-v1:0"];
+    let oa =
+        cmd(&[&["run"][..], &target, &model, &load, &["--output-dir", a.to_str().unwrap()]]
+            .concat());
+    assert!(oa.status.success(), "{}", text(&oa));
+    let s = summary(&a);
+    assert_eq!(s["target"]["backend"], "bedrock-converse");
+    // requests 2..=9 of the fake's count: the 5th is throttled, no other
+    assert_eq!(
+        (s["completed"].as_u64(), s["failed"].as_u64()),
+        (Some(7), Some(1)),
+        "{}",
+        text(&oa)
+    );
+    assert_eq!(s["errors"]["throttled"], 1, "{}", s["errors"]);
+    assert!(text(&oa).contains("WARNING: 1 of 8 requests were throttled"), "{}", text(&oa));
+    // the service's latency (its planned 20 + 2 × 11 ms) beside the client's E2E
+    let st = &s["server_timing"];
+    assert_eq!(st["requests_with_e2e"], 7, "{st}");
+    assert_eq!(st["server_e2e_ms_mean"], 42.0, "{st}");
+    let over = st["e2e_minus_server_e2e_ms_mean"].as_f64().unwrap();
+    assert!((0.0..20.0).contains(&over), "E2E − the service's latency: {over} ms");
+    let recs = std::fs::read_to_string(a.join("requests.jsonl")).unwrap();
+    assert_eq!(recs.matches("\"server_e2e_ms\":42.0").count(), 7);
+    assert_eq!(recs.matches("\"error_kind\":\"throttled\"").count(), 1);
+
+    // the rest against a fake without a quota
+    let fake = aws_fake("AKIDQUETTACLI", "eu-west-1", |_| {});
+    let url = fake.base_url();
+    let target = ["--backend", "bedrock", "--aws-endpoint-url", url.as_str()];
+    let arn = "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/eu.meta.llama3-2-3b-instruct-v1:0";
+    let invoke = ["--model", arn, "--bedrock-api", "invoke"];
+    let ob =
+        cmd(&[&["run"][..], &target, &invoke, &load, &["--output-dir", b.to_str().unwrap()]]
+            .concat());
+    assert!(ob.status.success(), "{}", text(&ob));
+    let s = summary(&b);
+    assert_eq!(s["target"]["backend"], "bedrock-invoke");
+    assert_eq!(s["completed"], 8, "{}", text(&ob));
+    assert_eq!(s["server_timing"]["server_ttft_ms_mean"], 20.0, "{}", s["server_timing"]);
+    // the family cannot be told from a provisioned-throughput ARN: refused before the run
+    let pt = [
+        "--model",
+        "arn:aws:bedrock:eu-west-1:123456789012:provisioned-model/pt1",
+        "--bedrock-api",
+        "invoke",
+    ];
+    let op = cmd(&[
+        &["run"][..],
+        &target,
+        &pt,
+        &load,
+        &["--output-dir", d.join("pt").to_str().unwrap()],
+    ]
+    .concat());
+    assert!(!op.status.success());
+    assert!(text(&op).contains("cannot tell the request body of Bedrock model"), "{}", text(&op));
+
+    let (sw, slo) = (d.join("runs/sweep"), d.join("runs/slo"));
+    let osw = cmd(&[
+        &["sweep", "--concurrencies", "1,2"][..],
+        &target,
+        &model,
+        &load,
+        &["--output-dir", sw.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(osw.status.success(), "{}", text(&osw));
+    let sweep: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sw.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(sweep["steps"].as_array().unwrap().len(), 2, "{sweep}");
+    let oslo = cmd(&[
+        &[
+            "slo",
+            "--slo",
+            "ttft:p90<5000ms",
+            "--search",
+            "concurrency",
+            "--start",
+            "1",
+            "--max",
+            "2",
+            "--min-requests",
+            "8",
+        ][..],
+        &target,
+        &model,
+        &load[4..],
+        &["--output-dir", slo.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(oslo.status.success() || oslo.status.code() == Some(1), "{}", text(&oslo));
+    assert!(slo.join("slo.json").exists(), "{}", text(&oslo));
+    let oc = cmd(&["compare", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(oc.status.success(), "{}", text(&oc));
+    let mut outs = vec![oa, ob, op, osw, oslo, oc];
+    for f in ["csv", "parquet", "vllm"] {
+        let o = cmd(&["export", a.to_str().unwrap(), "--format", f]);
+        assert!(o.status.success(), "{f}: {}", text(&o));
+        outs.push(o);
+    }
+    let csv = std::fs::read_to_string(a.join("requests.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",server_ttft_ms,server_e2e_ms"));
+    let o = cmd(&["report", a.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    outs.push(o);
+    let consoles: Vec<&Output> = outs.iter().collect();
+    assert_no_secret(&d.join("runs"), &consoles, &[AWS_SECRET, AWS_TOKEN]);
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -46,6 +46,10 @@ pub const CSV_COLUMNS: &[&str] = &[
     "error",
     "inputs",
     "audio_s",
+    "server_prefill_ms",
+    "server_tpot_ms",
+    "server_ttft_ms",
+    "server_e2e_ms",
 ];
 
 fn quote(s: &str) -> String {
@@ -98,6 +102,10 @@ fn csv_row(r: &RequestRecord) -> String {
         quote(r.error.as_deref().unwrap_or("")),
         num(r.inputs),
         num(r.audio_s),
+        num(r.server_prefill_ms),
+        num(r.server_tpot_ms),
+        num(r.server_ttft_ms),
+        num(r.server_e2e_ms),
     ];
     cells.join(",")
 }

@@ -47,6 +47,10 @@ pub const SCHEMA: &str = "message request {
   optional binary error (UTF8);
   optional int64 inputs;
   optional double audio_s;
+  optional double server_prefill_ms;
+  optional double server_tpot_ms;
+  optional double server_ttft_ms;
+  optional double server_e2e_ms;
 }";
 
 /// Writing the Parquet file failed.
@@ -109,6 +113,10 @@ fn columns() -> Vec<(bool, Col)> {
         (true, Col::Str(|r| r.error.clone())),
         (true, Col::I64(|r| r.inputs.map(i64::from))),
         (true, Col::F64(|r| r.audio_s)),
+        (true, Col::F64(|r| r.server_prefill_ms)),
+        (true, Col::F64(|r| r.server_tpot_ms)),
+        (true, Col::F64(|r| r.server_ttft_ms)),
+        (true, Col::F64(|r| r.server_e2e_ms)),
     ]
 }
 

@@ -349,6 +349,59 @@ fn sweeps_searches_comparisons_and_shards_of_embeddings_and_rankings() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// KServe's gRPC through every operation over runs: a sweep, an SLO search on TTFT, a
+/// comparison of two steps, two shards merged, and the CSV export of the merged run.
+#[test]
+fn sweeps_searches_comparisons_shards_and_exports_of_kserve_grpc() {
+    use quetta::report::{schema, MergeOptions, RunDir};
+    use quetta::{SearchOver, Sharding, SloSearch, Sweep};
+    let d = tmpdir("kserve-ops");
+    let base = || {
+        Benchmark::new(common::sim(4, 1).protocol(Protocol::KserveGrpc))
+            .workload(spec(Protocol::KserveGrpc, 16, 8, 1))
+            .requests(16)
+    };
+    let sw = d.join("sweep");
+    let report = Sweep::concurrencies(base().output_dir(&sw), vec![1, 2]).run_blocking().unwrap();
+    common::validate(schema::SWEEP, &common::json(&sw.join("sweep.json")), "sweep.json");
+    assert_eq!(report.steps.len(), 2);
+    for st in &report.steps {
+        let s = RunDir::open(&st.dir).unwrap().read_summary().unwrap();
+        assert_eq!((s.metrics.completed, s.metrics.failed), (16, 0));
+        assert_eq!(s.metrics.total_output_tokens, 16 * 8);
+        assert!(st.ttft_p50_ms.is_some(), "a generating protocol's sweep has TTFT");
+    }
+    let c = quetta::compare(
+        &RunDir::open(&report.steps[0].dir).unwrap(),
+        &RunDir::open(&report.steps[1].dir).unwrap(),
+        &quetta::CompareOptions::default(),
+    )
+    .unwrap();
+    assert!(c.metrics.iter().any(|m| m.metric == "ttft_ms"), "{:?}", c.metrics);
+
+    let mut s = SloSearch::new(base().output_dir(d.join("slo")), "ttft:p99<2s".parse().unwrap());
+    (s.over, s.start, s.max, s.requests_per_probe) = (SearchOver::Concurrency, 1.0, 2.0, 16);
+    let r = s.run_blocking().unwrap();
+    assert_eq!(r.answer, Some(2.0), "{:?}", r.probes);
+
+    let dirs: Vec<std::path::PathBuf> = (0..2)
+        .map(|k| {
+            let dir = d.join(format!("shard-{k}"));
+            let mut b = base().output_dir(&dir);
+            b.sharding = Some(Sharding::alone(quetta::Shard::new(k, 2).unwrap()));
+            b.run_blocking().unwrap();
+            dir
+        })
+        .collect();
+    let m = quetta::report::merge(&dirs, &d.join("merged"), &MergeOptions::default()).unwrap();
+    assert_eq!((m.metrics.completed, m.metrics.ttft_ms.count), (16, 16));
+    validate_run_dir(&d.join("merged"));
+    let csv = d.join("merged.csv");
+    quetta::export::csv(&RunDir::open(d.join("merged")).unwrap(), &csv).unwrap();
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 17);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// KServe's gRPC against the simulator serving it as a server would (`grpc://`): the
 /// pre-flight's calls (live, ready, metadata) pass and the run is recorded under the URL
 /// given; an unknown model is refused before the run; a gRPC address for a protocol
