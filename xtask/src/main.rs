@@ -11,7 +11,8 @@
 //!
 //! `cargo xtask fuzz [--minutes N]` runs every fuzz target (see `fuzz.rs`).
 //!
-//! `cargo xtask bench protocols [--rounds N] [--sim-nice N]` measures the client's CPU per
+//! `cargo xtask bench protocols [--rounds N] [--sim-nice N] [--protocol P]` (or `bench overhead
+//! --protocol P`, chat and P over 5 rounds) measures the client's CPU per
 //! streamed request of each streamed protocol beside chat's (see `protocols.rs`).
 //!
 //! `cargo xtask bench merge [--records N]` times the merge of three shards' N records (see
@@ -51,6 +52,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["bench", "overhead"] => overhead(0),
+        ["bench", "overhead", "--protocol", p] => protocols::bench_all(&root(), 5, 0, Some(p)),
         ["bench", "overhead", "--sim-nice", n] => overhead(n.parse().context("--sim-nice N")?),
         ["bench", "merge"] => merge::bench(&root(), 1_000_000),
         ["bench", "merge", "--records", n] => {
@@ -68,10 +70,12 @@ fn main() -> Result<()> {
                     None => Ok(default),
                 }
             };
+            let only = rest.iter().position(|a| *a == "--protocol").and_then(|i| rest.get(i + 1));
             protocols::bench_all(
                 &root(),
                 flag("--rounds", 3)?,
                 u32::try_from(flag("--sim-nice", 0)?)?,
+                only.copied(),
             )
         }
         ["bench", "soak", rest @ ..] => {
@@ -92,7 +96,7 @@ fn main() -> Result<()> {
         ["compare-vllm"] => vllm::compare(None, &root()),
         ["compare-vllm", url] => vllm::compare(Some(url), &root()),
         _ => {
-            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask bench predict | cargo xtask bench protocols [--rounds N] [--sim-nice N] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
+            eprintln!("usage: cargo xtask bench overhead [--sim-nice N] | cargo xtask bench merge [--records N] | cargo xtask bench report [--records N] | cargo xtask bench soak [--rate R] [--requests N] | cargo xtask bench predict | cargo xtask bench overhead --protocol P | cargo xtask bench protocols [--rounds N] [--sim-nice N] [--protocol P] | cargo xtask embed-check | cargo xtask compare-vllm [LLAMA_URL] | cargo xtask fuzz [--minutes N] [--jobs J] [--seed] [TARGET ...]");
             std::process::exit(2);
         }
     }

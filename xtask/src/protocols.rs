@@ -1,4 +1,5 @@
-//! `cargo xtask bench protocols [--rounds N] [--sim-nice N]`: the client's CPU per streamed
+//! `cargo xtask bench protocols [--rounds N] [--sim-nice N] [--protocol P]` (also
+//! `cargo xtask bench overhead --protocol P`): the client's CPU per streamed
 //! 128-token request for each streamed protocol, against the zero-delay simulator serving
 //! it, the protocols alternated over N rounds (default 3), each beside chat's: what each
 //! protocol's framing and decoding cost the client. The same measurement as `bench
@@ -63,7 +64,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub fn bench_all(root: &Path, rounds: usize, nice: u32) -> Result<()> {
+/// Every protocol, or chat and `only`.
+pub fn bench_all(root: &Path, rounds: usize, nice: u32, only: Option<&str>) -> Result<()> {
+    let protocols: Vec<&str> = match only {
+        None => PROTOCOLS.to_vec(),
+        Some(p) if PROTOCOLS[1..].contains(&p) => vec![PROTOCOLS[0], p],
+        Some(p) => bail!("--protocol {p}: one of {}", PROTOCOLS[1..].join(", ")),
+    };
     let st = std::process::Command::new("cargo")
         .current_dir(root)
         .args(["build", "--release", "-q", "-p", "quetta-bench", "-p", "quetta-sim-bin"])
@@ -71,10 +78,10 @@ pub fn bench_all(root: &Path, rounds: usize, nice: u32) -> Result<()> {
     if !st.success() {
         bail!("release build failed");
     }
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); PROTOCOLS.len()];
-    let mut rate: Vec<Vec<f64>> = vec![Vec::new(); PROTOCOLS.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); protocols.len()];
+    let mut rate: Vec<Vec<f64>> = vec![Vec::new(); protocols.len()];
     for round in 0..rounds {
-        for (i, p) in PROTOCOLS.iter().enumerate() {
+        for (i, p) in protocols.iter().enumerate() {
             let (c, r) = once(root, nice, p, &[])?;
             eprintln!("round {}: {p} {c:.3} ms/request, {r:.0} req/s", round + 1);
             cpu[i].push(c);
@@ -86,7 +93,7 @@ pub fn bench_all(root: &Path, rounds: usize, nice: u32) -> Result<()> {
     println!("| protocol | client CPU per request | against chat | requests/s | each round (ms) |\n|---|---:|---:|---:|---|");
     let base = median(cpu[0].clone());
     let mut json = serde_json::Map::new();
-    for (i, p) in PROTOCOLS.iter().enumerate() {
+    for (i, p) in protocols.iter().enumerate() {
         let m = median(cpu[i].clone());
         let rounds: Vec<String> = cpu[i].iter().map(|c| format!("{c:.3}")).collect();
         println!(

@@ -1,7 +1,10 @@
 //! Targets for what servers send: SSE streams and their chunks, the AWS event stream and
 //! JSON lines, Gemini streams and bodies, `/v1/models`.
 
+use quetta_aws::bedrock::decode::{ConverseEvents, InvokeChunks, WholeInvoke};
+use quetta_aws::bedrock::FAMILIES;
 use quetta_aws::eventstream::EventStreamBody;
+use quetta_aws::Family;
 use quetta_aws::JsonLines;
 use quetta_http::{BodyDecoder, EventDecoder, SseBody};
 use quetta_openai::decode::ChunkDecoder;
@@ -92,6 +95,36 @@ pub fn sagemaker(data: &[u8]) {
     split_invariant(|| Box::new(JsonLines::new("/token/text", true, MAX_EVENT)), data);
     let body = data.get(1..).unwrap_or_default();
     let _ = JsonLines::new("/generated_text", true, MAX_EVENT).decode_full(body, &mut |_| {});
+}
+
+/// Bedrock's event streams split at arbitrary points: Converse's events, or Invoke's chunks
+/// in one model family's shape (the first byte's top bits pick it: 0 to 4 a family, 5 to 7
+/// Converse); and the whole answers of `Converse` and `InvokeModel`.
+pub fn bedrock(data: &[u8]) {
+    let pick = usize::from(data.first().copied().unwrap_or(0) >> 5);
+    let family = FAMILIES.get(pick).map(|f| Family::named(f).expect("a built-in family"));
+    match &family {
+        Some(f) => split_invariant(
+            || {
+                let d = InvokeChunks::new(f.clone(), true);
+                Box::new(EventStreamBody::typed(Box::new(d), MAX_EVENT))
+            },
+            data,
+        ),
+        None => split_invariant(
+            || Box::new(EventStreamBody::typed(Box::new(ConverseEvents::new(true)), MAX_EVENT)),
+            data,
+        ),
+    }
+    let body = data.get(1..).unwrap_or_default();
+    match family {
+        Some(f) => {
+            let _ = WholeInvoke::new(InvokeChunks::new(f, true)).decode_full(body, &mut |_| {});
+        }
+        None => {
+            let _ = ConverseEvents::new(true).decode_full(body, &mut |_| {});
+        }
+    }
 }
 
 /// Gemini's SSE stream split at arbitrary points, its whole-body answer, and its error

@@ -14,7 +14,7 @@ mod answers;
 mod files;
 mod protocols;
 
-pub use answers::{chunk, gemini, models, sagemaker, sse};
+pub use answers::{bedrock, chunk, gemini, models, sagemaker, sse};
 pub use files::{datasets, kernels, prometheus, records, sessions, synth, traces, vllm_result};
 pub use protocols::{kserve, messages, native, pooling, responses, transcription};
 
@@ -42,6 +42,7 @@ pub const TARGETS: &[Target] = &[
     ("pooling", pooling),
     ("transcription", transcription),
     ("kserve", kserve),
+    ("bedrock", bedrock),
 ];
 
 /// The name every target's parsers are given for their input; errors must name it.

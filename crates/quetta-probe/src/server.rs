@@ -1,5 +1,7 @@
 //! What a server's own metrics say, across servers: each [`Quantity`] lists the names vLLM,
-//! SGLang, TGI and llama.cpp give it, and [`Delta`] is the change between two scrapes.
+//! SGLang, TGI, llama.cpp and Triton give it, and [`Delta`] is the change between two
+//! scrapes. Triton's per-request times are cumulative microsecond counters beside its request
+//! counters rather than histograms; they are read as a histogram's sum and count ([`read`]).
 
 use std::collections::BTreeMap;
 
@@ -70,7 +72,12 @@ pub const QUANTITIES: &[Quantity] = &[
     Quantity {
         key: "requests_succeeded",
         shape: Shape::Counter,
-        names: &["vllm:request_success_total", "sglang:num_requests_total", "tgi_request_success"],
+        names: &[
+            "vllm:request_success_total",
+            "sglang:num_requests_total",
+            "tgi_request_success",
+            "nv_inference_request_success",
+        ],
     },
     Quantity {
         key: "queue_time_s",
@@ -105,6 +112,11 @@ pub const QUANTITIES: &[Quantity] = &[
             "tgi_request_duration",
         ],
     },
+    // Triton only: its compute (input, infer, output) per request, and its optional
+    // first-response histogram (`--metrics-config histogram_latencies=true`; for a streaming
+    // backend the first chunk's time, not necessarily the first token's)
+    Quantity { key: "compute_time_s", shape: Shape::Histogram, names: &[] },
+    Quantity { key: "first_response_s", shape: Shape::Histogram, names: &[] },
     Quantity {
         key: "prompt_seconds_total",
         shape: Shape::Counter,
@@ -133,6 +145,7 @@ pub const QUANTITIES: &[Quantity] = &[
             "sglang:num_queue_reqs",
             "llamacpp:requests_deferred",
             "tgi_queue_size",
+            "nv_inference_pending_request_count",
         ],
     },
     Quantity {
@@ -158,6 +171,8 @@ pub fn server_kind(e: &Exposition) -> &'static str {
         "llama.cpp"
     } else if has("tgi_") {
         "tgi"
+    } else if has("nv_inference_") {
+        "triton"
     } else {
         "unknown"
     }
@@ -180,17 +195,52 @@ pub fn read(e: &Exposition) -> BTreeMap<&'static str, Reading> {
             Shape::Counter | Shape::Gauge => {
                 q.names.iter().find_map(|n| e.total(n)).map(|value| Reading { value, count: None })
             }
-            Shape::Histogram => q.names.iter().find_map(|n| {
-                let sum = e.total(&format!("{n}_sum"))?;
-                let count = e.total(&format!("{n}_count"))?;
-                Some(Reading { value: sum, count: Some(count) })
-            }),
+            Shape::Histogram => q
+                .names
+                .iter()
+                .find_map(|n| {
+                    let sum = e.total(&format!("{n}_sum"))?;
+                    let count = e.total(&format!("{n}_count"))?;
+                    Some(Reading { value: sum, count: Some(count) })
+                })
+                .or_else(|| triton_time(e, q.key)),
         };
         if let Some(r) = r {
             out.insert(q.key, r);
         }
     }
     out
+}
+
+/// Triton's time of a kind over its requests, in seconds: its cumulative microsecond counters
+/// over its finished requests (`nv_inference_request_success` + `_failure`), and its
+/// first-response histogram in milliseconds.
+fn triton_time(e: &Exposition, key: &str) -> Option<Reading> {
+    let requests = || {
+        Some(
+            e.total("nv_inference_request_success")?
+                + e.total("nv_inference_request_failure").unwrap_or(0.0),
+        )
+    };
+    let us = |names: &[&str]| {
+        let total: Option<f64> = names.iter().map(|n| e.total(n)).sum();
+        Some(Reading { value: total? / 1e6, count: Some(requests()?) })
+    };
+    match key {
+        "queue_time_s" => us(&["nv_inference_queue_duration_us"]),
+        "e2e_s" => us(&["nv_inference_request_duration_us"]),
+        "compute_time_s" => us(&[
+            "nv_inference_compute_input_duration_us",
+            "nv_inference_compute_infer_duration_us",
+            "nv_inference_compute_output_duration_us",
+        ]),
+        "first_response_s" => {
+            let n = "nv_inference_first_response_histogram_ms";
+            let sum = e.total(&format!("{n}_sum"))?;
+            Some(Reading { value: sum / 1e3, count: Some(e.total(&format!("{n}_count"))?) })
+        }
+        _ => None,
+    }
 }
 
 /// The change of one quantity over a run (the type lives in `quetta-metrics`).

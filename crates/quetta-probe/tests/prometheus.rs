@@ -90,3 +90,38 @@ fn the_simulators_own_metrics_parse() {
     assert_eq!(r["ttft_s"].count, Some(0.0));
     assert!(r.contains_key("prefix_cache_hits") && r.contains_key("e2e_s"));
 }
+
+/// Triton's exposition (`fixtures/prometheus/triton_style.txt`, written after Triton's
+/// metrics documentation: an ensemble in front of a TensorRT-LLM model, as TensorRT-LLM's
+/// backend serves it): per-request times from cumulative microsecond counters over the
+/// finished requests, summed over the models as every server's totals are.
+#[test]
+fn triton_exposition() {
+    let e = parse(&fixture("triton_style.txt")).unwrap();
+    assert_eq!(server_kind(&e), "triton");
+    let r = read(&e);
+    // 2 × 38 succeeded + 2 × 2 failed = 80 finished requests (the ensemble's and its model's)
+    assert_eq!(r["requests_succeeded"].value, 76.0);
+    assert_eq!(r["e2e_s"].count, Some(80.0));
+    assert!((r["e2e_s"].value - 32.0).abs() < 1e-9, "20 s + 12 s of request time");
+    assert!((r["queue_time_s"].value - 0.8).abs() < 1e-9);
+    assert!((r["compute_time_s"].value - 16.0).abs() < 1e-9, "input + infer + output, both models");
+    assert_eq!(r["first_response_s"].count, Some(40.0));
+    assert!((r["first_response_s"].value - 3.2).abs() < 1e-9);
+    assert_eq!(r["requests_waiting"].value, 4.0);
+    // a later scrape: 40 more requests of the ensemble and its model, 8 s more request time
+    let later = fixture("triton_style.txt")
+        .replace("version=\"1\"} 38\n", "version=\"1\"} 58\n")
+        .replace(
+            "nv_inference_request_duration_us{model=\"ensemble\",version=\"1\"} 20000000",
+            "nv_inference_request_duration_us{model=\"ensemble\",version=\"1\"} 24000000",
+        )
+        .replace(
+            "nv_inference_request_duration_us{model=\"tensorrt_llm\",version=\"1\"} 12000000",
+            "nv_inference_request_duration_us{model=\"tensorrt_llm\",version=\"1\"} 16000000",
+        );
+    let r2 = read(&parse(&later).unwrap());
+    let d = deltas(&r, &r2, &[r.clone(), r2.clone()]);
+    assert_eq!(d["e2e_s"].count, Some(40.0));
+    assert!((d["e2e_s"].mean.unwrap() - 0.2).abs() < 1e-9, "8 s over 40 requests");
+}

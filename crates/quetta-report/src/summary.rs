@@ -509,6 +509,8 @@ fn server_line(sm: &ServerReport) -> String {
         ("prefill_time_s", "prefill"),
         ("decode_time_s", "decode"),
         ("ttft_s", "TTFT"),
+        ("first_response_s", "first response"),
+        ("compute_time_s", "compute"),
         ("e2e_s", "E2E"),
     ] {
         if let Some(v) = sm.mean(k) {
