@@ -7,13 +7,17 @@ in; `text_output` out), streaming one response per token, so that a misreading o
 protocol shared by Quetta's client and Quetta's simulator cannot pass both.
 
 Usage: kserve-grpc-server.py [--port N] [--ttft-ms T] [--itl-ms I] [--api-key K] [--log F]
-                             [--without-input NAME]
+                             [--without-input NAME] [--vllm]
 Prints `listening on PORT` once it serves. With --log, one JSON line per request: its id,
 the monotonic instant its request was read, the instant before each response was handed to
 gRPC (`sends_ns`) and the instant gRPC gave control back once its send had completed
 (`written_ns`): nanoseconds on CLOCK_MONOTONIC, the clock Rust's Instant reads. A response's
 bytes left between the two.
 
+--vllm serves a model shaped like Triton's vLLM backend instead, named `vllm_model`
+(`text_input`, `stream`, `sampling_parameters` as a JSON string, `exclude_input_in_output`;
+`max_tokens` from the sampling parameters, vLLM's 16 without one; an unknown sampling
+parameter refused as vLLM refuses it).
 --without-input leaves an input out of the model (its metadata, and the inputs it takes).
 A prompt containing FAIL_AFTER_2 gets two tokens, then a response with `error_message`
 (Triton's way of failing a decoupled request).
@@ -40,6 +44,13 @@ INPUTS = {
     "top_p": "FP32",
     "random_seed": "UINT64",
 }
+VLLM_INPUTS = {
+    "text_input": "BYTES",
+    "stream": "BOOL",
+    "sampling_parameters": "BYTES",
+    "exclude_input_in_output": "BOOL",
+}
+VLLM_SAMPLING = {"max_tokens", "min_tokens", "ignore_eos", "temperature", "top_p", "seed"}
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog"]
 
 
@@ -114,6 +125,16 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 values[t.name] = struct.unpack("<f", raw)[0]
             else:
                 values[t.name] = struct.unpack("<Q", raw)[0]
+        if MODEL == "vllm_model":
+            try:
+                sp = json.loads(values.get("sampling_parameters", "{}"))
+            except ValueError:
+                return None, f"[request id: {req.id}] sampling_parameters is not JSON"
+            unknown = set(sp) - VLLM_SAMPLING
+            if unknown:
+                return None, f"[request id: {req.id}] unexpected keyword argument '{sorted(unknown)[0]}'"
+            values["max_tokens"] = sp.get("max_tokens", 16)
+            values["sampling_parameters"] = sp
         if "text_input" not in values or "max_tokens" not in values:
             return None, f"[request id: {req.id}] expected 3 inputs but got {len(values)} inputs for model '{MODEL}'"
         return values, None
@@ -163,7 +184,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             else:
                 if empty_final:
                     yield service_pb2.ModelStreamInferResponse(infer_response=self._response(req, None, True))
-            self._write_log({"id": req.id, "arrival_ns": arrival, "sends_ns": sends, "written_ns": written, "stream": values.get("stream")})
+            self._write_log({"id": req.id, "arrival_ns": arrival, "sends_ns": sends, "written_ns": written, "stream": values.get("stream"), "sampling_parameters": values.get("sampling_parameters")})
 
     def ModelInfer(self, request, context):
         self._auth(context)
@@ -185,7 +206,13 @@ def main():
     p.add_argument("--api-key")
     p.add_argument("--log")
     p.add_argument("--without-input")
+    p.add_argument("--vllm", action="store_true")
     args = p.parse_args()
+    global MODEL
+    if args.vllm:
+        MODEL = "vllm_model"
+        INPUTS.clear()
+        INPUTS.update(VLLM_INPUTS)
     INPUTS.pop(args.without_input, None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Service(args), server)

@@ -316,55 +316,7 @@ pub fn seed(root: &Path) -> Result<usize> {
         let body = std::fs::read(grpc.join(format!("{f}.bin")))?;
         put("kserve", f, &[&[7u8][..], &body].concat())?;
     }
-    // Bedrock: Converse's events and Invoke's chunks as the service sends them, one event
-    // per frame; the first byte's top bits pick Converse (5 to 7) or a family (0 to 4)
-    let converse: Vec<u8> = [
-        ("messageStart", r#"{"role":"assistant","p":"abc"}"#),
-        ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hello"},"p":"abcd"}"#),
-        ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"hm"}}}"#),
-        ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
-        ("messageStop", r#"{"stopReason":"max_tokens"}"#),
-        ("metadata", r#"{"usage":{"inputTokens":9,"outputTokens":2,"totalTokens":11},"metrics":{"latencyMs":412}}"#),
-    ]
-    .iter()
-    .flat_map(|(k, p)| event_frame("event", k, p.as_bytes()))
-    .collect();
-    put("bedrock", "converse", &[&[0xa5u8][..], &converse].concat())?;
-    let throttled =
-        event_frame("exception", "throttlingException", br#"{"message":"Too many requests"}"#);
-    put(
-        "bedrock",
-        "converse-throttled",
-        &[&[0xa2u8][..], &converse[..120.min(converse.len())], &throttled].concat(),
-    )?;
-    let chunk = |obj: &str| {
-        use base64::Engine as _;
-        let b = base64::engine::general_purpose::STANDARD.encode(obj);
-        event_frame("event", "chunk", format!(r#"{{"bytes":"{b}","p":"ab"}}"#).as_bytes())
-    };
-    let metrics = r#""amazon-bedrock-invocationMetrics":{"inputTokenCount":5,"outputTokenCount":2,"invocationLatency":120,"firstByteLatency":40}"#;
-    let anthropic = [
-        r#"{"type":"message_start","message":{"role":"assistant","content":[],"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_owned(),
-        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#.to_owned(),
-        r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":2}}"#.to_owned(),
-        format!(r#"{{"type":"message_stop",{metrics}}}"#),
-    ];
-    put(
-        "bedrock",
-        "invoke-anthropic",
-        &[&[0x03u8][..], &anthropic.iter().flat_map(|o| chunk(o)).collect::<Vec<u8>>()].concat(),
-    )?;
-    let llama = [
-        r#"{"generation":"Hi","prompt_token_count":5,"generation_token_count":1,"stop_reason":null}"#.to_owned(),
-        format!(r#"{{"generation":"","generation_token_count":2,"stop_reason":"length",{metrics}}}"#),
-    ];
-    put(
-        "bedrock",
-        "invoke-llama",
-        &[&[0x24u8][..], &llama.iter().flat_map(|o| chunk(o)).collect::<Vec<u8>>()].concat(),
-    )?;
-    put("bedrock", "converse-whole", &[&b"\xa0"[..], br#"{"output":{"message":{"role":"assistant","content":[{"text":"Hi there"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":2,"totalTokens":5},"metrics":{"latencyMs":99}}"#].concat())?;
-    put("bedrock", "invoke-titan-whole", &[&b"\x60"[..], br#"{"inputTextTokenCount":3,"results":[{"tokenCount":2,"outputText":"Hi there","completionReason":"LENGTH"}]}"#].concat())?;
+    seed_bedrock(&mut put)?;
     // Files: the first lines of each trace and dataset, small session files, TOML.
     for (f, lines) in [
         ("traces/mooncake_fast25_conversation_trace.jsonl", 6),
@@ -472,6 +424,59 @@ fn small_sharegpt(p: &Path) -> Result<String> {
 
 /// One AWS event-stream frame with `:message-type` and `:event-type` (or
 /// `:exception-type`) string headers.
+/// Bedrock: Converse's events and Invoke's chunks as the service sends them, one event per
+/// frame; the first byte's top bits pick Converse (5 to 7) or a family (0 to 4).
+fn seed_bedrock(put: &mut impl FnMut(&str, &str, &[u8]) -> Result<()>) -> Result<()> {
+    let converse: Vec<u8> = [
+        ("messageStart", r#"{"role":"assistant","p":"abc"}"#),
+        ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hello"},"p":"abcd"}"#),
+        ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"hm"}}}"#),
+        ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
+        ("messageStop", r#"{"stopReason":"max_tokens"}"#),
+        ("metadata", r#"{"usage":{"inputTokens":9,"outputTokens":2,"totalTokens":11},"metrics":{"latencyMs":412}}"#),
+    ]
+    .iter()
+    .flat_map(|(k, p)| event_frame("event", k, p.as_bytes()))
+    .collect();
+    put("bedrock", "converse", &[&[0xa5u8][..], &converse].concat())?;
+    let throttled =
+        event_frame("exception", "throttlingException", br#"{"message":"Too many requests"}"#);
+    put(
+        "bedrock",
+        "converse-throttled",
+        &[&[0xa2u8][..], &converse[..120.min(converse.len())], &throttled].concat(),
+    )?;
+    let chunk = |obj: &str| {
+        use base64::Engine as _;
+        let b = base64::engine::general_purpose::STANDARD.encode(obj);
+        event_frame("event", "chunk", format!(r#"{{"bytes":"{b}","p":"ab"}}"#).as_bytes())
+    };
+    let metrics = r#""amazon-bedrock-invocationMetrics":{"inputTokenCount":5,"outputTokenCount":2,"invocationLatency":120,"firstByteLatency":40}"#;
+    let anthropic = [
+        r#"{"type":"message_start","message":{"role":"assistant","content":[],"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_owned(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#.to_owned(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":2}}"#.to_owned(),
+        format!(r#"{{"type":"message_stop",{metrics}}}"#),
+    ];
+    put(
+        "bedrock",
+        "invoke-anthropic",
+        &[&[0x03u8][..], &anthropic.iter().flat_map(|o| chunk(o)).collect::<Vec<u8>>()].concat(),
+    )?;
+    let llama = [
+        r#"{"generation":"Hi","prompt_token_count":5,"generation_token_count":1,"stop_reason":null}"#.to_owned(),
+        format!(r#"{{"generation":"","generation_token_count":2,"stop_reason":"length",{metrics}}}"#),
+    ];
+    put(
+        "bedrock",
+        "invoke-llama",
+        &[&[0x24u8][..], &llama.iter().flat_map(|o| chunk(o)).collect::<Vec<u8>>()].concat(),
+    )?;
+    put("bedrock", "converse-whole", &[&b"\xa0"[..], br#"{"output":{"message":{"role":"assistant","content":[{"text":"Hi there"}]}},"stopReason":"end_turn","usage":{"inputTokens":3,"outputTokens":2,"totalTokens":5},"metrics":{"latencyMs":99}}"#].concat())?;
+    put("bedrock", "invoke-titan-whole", &[&b"\x60"[..], br#"{"inputTextTokenCount":3,"results":[{"tokenCount":2,"outputText":"Hi there","completionReason":"LENGTH"}]}"#].concat())?;
+    Ok(())
+}
+
 fn event_frame(message_type: &str, kind: &str, payload: &[u8]) -> Vec<u8> {
     let kind_header = if message_type == "exception" { ":exception-type" } else { ":event-type" };
     let mut headers = Vec::new();

@@ -237,6 +237,12 @@ choice!(BedrockApiArg {
     /// InvokeModelWithResponseStream / InvokeModel: the model family's own body.
     Invoke,
 });
+choice!(KserveTensorsArg {
+    /// TensorRT-LLM's ensemble.
+    Trtllm,
+    /// Triton's vLLM backend.
+    Vllm,
+});
 choice!(VertexApiArg {
     /// Gemini streamGenerateContent (SSE).
     Gemini,
@@ -339,6 +345,11 @@ pub struct RunArgs {
     /// sending the whole history (the server stores each response).
     #[arg(help_heading = "Target", long)]
     pub chain_responses: bool,
+    /// --backend kserve-grpc: the model's tensors, TensorRT-LLM's ensemble (text_input,
+    /// max_tokens, stream…) or Triton's vLLM backend (text_input, stream,
+    /// sampling_parameters, exclude_input_in_output).
+    #[arg(help_heading = "Target", long, value_enum, default_value = "trtllm")]
+    pub kserve_tensors: KserveTensorsArg,
     /// Model name (default: the first model listed by /v1/models).
     #[arg(help_heading = "Target", long)]
     pub model: Option<String>,
@@ -937,6 +948,10 @@ impl RunArgs {
         };
         t.protocol = self.protocol();
         t.protocol_options.chain_responses = self.chain_responses;
+        t.protocol_options.kserve_tensors = match self.kserve_tensors {
+            KserveTensorsArg::Trtllm => quetta::protocols::kserve::Tensors::TensorRtLlm,
+            KserveTensorsArg::Vllm => quetta::protocols::kserve::Tensors::Vllm,
+        };
         t.path = self.path();
         t.model.clone_from(&self.model);
         t.api_key = self.api_key();

@@ -428,7 +428,7 @@ impl Protocol {
             Self::TeiRerank => Box::new(pooling::Rank::TEI),
             Self::Score => Box::new(pooling::Rank::SCORE),
             Self::Transcription => Box::new(audio::Transcription),
-            Self::KserveGrpc => Box::new(kserve::KserveGrpc),
+            Self::KserveGrpc => Box::new(kserve::KserveGrpc { tensors: opts.kserve_tensors }),
         })
     }
 }
@@ -465,6 +465,8 @@ pub struct Options {
     /// Responses: chain a session's turns with `previous_response_id` instead of sending
     /// the whole history.
     pub chain_responses: bool,
+    /// KServe gRPC: the model's tensor layout.
+    pub kserve_tensors: kserve::Tensors,
 }
 
 /// The engine of `protocol` for the server of `cfg` (`cfg.api` is set from the protocol).

@@ -67,8 +67,15 @@ fn preflight(srv: &KserveServer, rt: &tokio::runtime::Runtime) {
     use quetta_protocols::kserve::{self, PreflightError};
     let t = transport();
     let base = format!("http://127.0.0.1:{}", srv.port);
-    let check =
-        |key, model| rt.block_on(kserve::preflight(&t, &base, key, model, &kserve::ALWAYS_SENT));
+    let check = |key, model| {
+        rt.block_on(kserve::preflight(
+            &t,
+            &base,
+            key,
+            model,
+            kserve::Tensors::TensorRtLlm.always_sent(),
+        ))
+    };
     check(Some("k1"), "ensemble").unwrap();
     assert_eq!(check(Some("k1"), "llama"), Err(PreflightError::NotReady("llama".into())));
     let e = check(Some("nope"), "ensemble").unwrap_err().to_string();
@@ -83,7 +90,13 @@ fn preflight_names_a_tensor_the_model_lacks() {
     let Some(srv) = KserveServer::start(&["--without-input", "max_tokens"]) else { return };
     let base = format!("http://127.0.0.1:{}", srv.port);
     let t = transport();
-    let r = rt().block_on(kserve::preflight(&t, &base, None, "ensemble", &kserve::ALWAYS_SENT));
+    let r = rt().block_on(kserve::preflight(
+        &t,
+        &base,
+        None,
+        "ensemble",
+        kserve::Tensors::TensorRtLlm.always_sent(),
+    ));
     match r {
         Err(PreflightError::MissingTensor { direction: "input", tensor, listed, .. }) => {
             assert_eq!(tensor, "max_tokens");
@@ -160,4 +173,43 @@ fn the_unary_call_and_failures_in_the_servers_words(
         "{:?}",
         r.error
     );
+}
+
+/// A model shaped like Triton's vLLM backend (`--vllm`): the pre-flight passes with the
+/// vLLM layout and refuses the ensemble's (naming `max_tokens`); streamed requests get the
+/// tokens their sampling parameters ask for, and the server read those parameters as sent.
+#[test]
+fn the_vllm_backends_tensors() {
+    use quetta_protocols::kserve::{self, PreflightError, Tensors};
+    let Some(srv) = KserveServer::start(&["--vllm", "--ttft-ms", "2", "--itl-ms", "1"]) else {
+        return;
+    };
+    let rt = rt();
+    let t = transport();
+    let base = format!("http://127.0.0.1:{}", srv.port);
+    let check = |tensors: Tensors| {
+        rt.block_on(kserve::preflight(&t, &base, None, "vllm_model", tensors.always_sent()))
+    };
+    check(Tensors::Vllm).unwrap();
+    match check(Tensors::TensorRtLlm) {
+        Err(PreflightError::MissingTensor { tensor, .. }) => assert_eq!(tensor, "max_tokens"),
+        other => panic!("{other:?}"),
+    }
+    let cfg = OpenAiConfig::new(srv.url(), Api::Chat, "vllm_model");
+    let mut opts = Options::default();
+    opts.kserve_tensors = Tensors::Vllm;
+    let e = quetta_protocols::engine(Protocol::KserveGrpc, cfg, opts).unwrap();
+    for (id, n) in [(1, 6), (2, 11)] {
+        let r = rt.block_on(send(e.as_ref(), id, "tell me", n, true));
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.output_tokens, Some(u64::from(n)), "{r:?}");
+    }
+    let log = srv.requests();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[1]["sampling_parameters"], serde_json::json!({"max_tokens": 11}));
+    // the ensemble's layout sent to it is refused in Triton's words
+    let e = engine(&srv.url(), "vllm_model", None);
+    let r = rt.block_on(send(e.as_ref(), 3, "tell me", 4, true));
+    let err = r.error.expect("refused");
+    assert!(err.contains("unexpected inference input 'max_tokens'"), "{err}");
 }

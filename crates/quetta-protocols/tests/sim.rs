@@ -351,7 +351,8 @@ fn kserve_stream_call_of_a_request_not_streamed_is_one_final_response() {
     let mut req = EngineRequest::new(3, Prompt::Text("one two".into()));
     req.max_tokens = Some(4);
     req.stream = false;
-    let body = kserve::frame(&kserve::KserveGrpc::request(&s.config().model, &req).unwrap());
+    let body =
+        kserve::frame(&kserve::KserveGrpc::default().request(&s.config().model, &req).unwrap());
     let uri = format!("{}{}/ModelStreamInfer", s.base_url(), kserve::SERVICE);
     let request = http::Request::post(uri)
         .header("content-type", "application/grpc")

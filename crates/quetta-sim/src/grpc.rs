@@ -3,7 +3,9 @@
 //! `ModelInfer`, `ServerLive`, `ServerReady`, `ModelReady` and `ModelMetadata`.
 //!
 //! A generation request is read strictly (one uncompressed message; the model's name; every
-//! input one of the ensemble's, with its datatype; the only output `text_output`) and put
+//! input one of the ensemble's, with its datatype, or every input one of Triton's vLLM
+//! backend's, never a mix: the simulator's model takes either layout, and its metadata lists
+//! both; the only output `text_output`) and put
 //! into the shape of Triton's HTTP generate body, so that it runs through the simulator's
 //! one pipeline (timing, faults, records): its per-token events are then carried as
 //! protobuf responses (see `SimStream`), and the call ends with its status in the trailers.
@@ -20,6 +22,14 @@ use serde_json::{json, Map, Value};
 use crate::dialect::Refusal;
 
 pub(crate) const PREFIX: &str = "/inference.GRPCInferenceService/";
+
+/// Triton's vLLM backend's inputs and their datatypes (its `model.json` models).
+const VLLM_INPUTS: [(&str, &str); 4] = [
+    ("text_input", "BYTES"),
+    ("stream", "BOOL"),
+    ("sampling_parameters", "BYTES"),
+    ("exclude_input_in_output", "BOOL"),
+];
 
 /// The ensemble's inputs and their datatypes (TensorRT-LLM's `ensemble` model).
 const INPUTS: [(&str, &str); 7] = [
@@ -94,9 +104,11 @@ pub(crate) fn request_body(body: &[u8], model: &str, stream: bool) -> Result<Val
             req.raw_input_contents.len()
         )));
     }
+    let vllm = req.inputs.iter().any(|t| t.name == "sampling_parameters");
+    let layout: &[(&str, &str)] = if vllm { &VLLM_INPUTS } else { &INPUTS };
     let mut b = Map::new();
     for (t, raw) in req.inputs.iter().zip(&req.raw_input_contents) {
-        let Some((_, want)) = INPUTS.iter().find(|(n, _)| *n == t.name) else {
+        let Some((_, want)) = layout.iter().find(|(n, _)| *n == t.name) else {
             return Err(invalid(format!(
                 "[request id: {}] unexpected inference input '{}' for model '{model}'",
                 req.id, t.name
@@ -112,6 +124,9 @@ pub(crate) fn request_body(body: &[u8], model: &str, stream: bool) -> Result<Val
             "[request id: {}] unexpected inference output '{}' for model '{model}'",
             req.id, o.name
         )));
+    }
+    if vllm {
+        vllm_sampling(&mut b, &req.id, model)?;
     }
     for need in ["text_input", "max_tokens"] {
         if !b.contains_key(need) {
@@ -129,6 +144,44 @@ pub(crate) fn request_body(body: &[u8], model: &str, stream: bool) -> Result<Val
     );
     b.insert("empty_final".into(), Value::Bool(empty_final));
     Ok(Value::Object(b))
+}
+
+/// The vLLM backend's `sampling_parameters` (a JSON object in a string) as the ensemble's
+/// inputs: `max_tokens` (vLLM's default, 16, when absent), `min_tokens` (or `max_tokens` with
+/// `ignore_eos`) as `min_length`, `temperature`, `top_p`, `seed`; any other key is refused,
+/// as vLLM refuses an unknown sampling parameter.
+fn vllm_sampling(b: &mut Map<String, Value>, id: &str, model: &str) -> Result<(), Refusal> {
+    let invalid = |m: String| refusal(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", m);
+    let sp = b.remove("sampling_parameters").unwrap_or(Value::Null);
+    let sp: Map<String, Value> =
+        sp.as_str().and_then(|t| serde_json::from_str(t).ok()).ok_or_else(|| {
+            invalid(format!(
+                "[request id: {id}] sampling_parameters of model '{model}' is not a JSON object"
+            ))
+        })?;
+    const KNOWN: [&str; 6] =
+        ["max_tokens", "min_tokens", "ignore_eos", "temperature", "top_p", "seed"];
+    if let Some(k) = sp.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(invalid(format!(
+            "[request id: {id}] unexpected keyword argument '{k}' in sampling_parameters"
+        )));
+    }
+    let max = sp.get("max_tokens").and_then(Value::as_u64).unwrap_or(16);
+    b.insert("max_tokens".into(), json!(max));
+    let ignore_eos = sp.get("ignore_eos").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(n) =
+        if ignore_eos { Some(max) } else { sp.get("min_tokens").and_then(Value::as_u64) }
+    {
+        b.insert("min_length".into(), json!(n));
+    }
+    for (from, to) in [("temperature", "temperature"), ("top_p", "top_p"), ("seed", "random_seed")]
+    {
+        if let Some(v) = sp.get(from) {
+            b.insert(to.into(), v.clone());
+        }
+    }
+    b.remove("exclude_input_in_output");
+    Ok(())
 }
 
 /// A gRPC status code for a refusal's HTTP status.
@@ -340,7 +393,11 @@ fn metadata(model: &str) -> pb::ModelMetadataResponse {
         name: model.into(),
         versions: vec!["1".into()],
         platform: "ensemble".into(),
-        inputs: INPUTS.iter().map(|(n, d)| t(n, d, vec![-1, 1])).collect(),
+        inputs: INPUTS
+            .iter()
+            .chain(VLLM_INPUTS.iter().filter(|(n, _)| !INPUTS.iter().any(|(m, _)| m == n)))
+            .map(|(n, d)| t(n, d, vec![-1, 1]))
+            .collect(),
         outputs: vec![t(kserve::TEXT_OUTPUT, "BYTES", vec![-1, -1])],
     }
 }

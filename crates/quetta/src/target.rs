@@ -507,7 +507,7 @@ impl Target {
             )
         } else {
             if grpc && self.preflight && !embedded {
-                kserve_preflight(&cfg, given).await?;
+                kserve_preflight(&cfg, given, self.protocol_options.kserve_tensors).await?;
             }
             quetta_protocols::engine(self.protocol, cfg, self.protocol_options)
                 .map_err(|e| Error::config(e.to_string()))?
@@ -732,12 +732,16 @@ fn preflight_reason(e: &EngineError) -> String {
 /// model or a refused key ends the command here, in the server's words.
 /// KServe's own checks before the one-token request: the server is live, the model ready,
 /// and its metadata lists the tensors every request sends.
-async fn kserve_preflight(cfg: &OpenAiConfig, given: &str) -> Result<()> {
+async fn kserve_preflight(
+    cfg: &OpenAiConfig,
+    given: &str,
+    tensors: quetta_protocols::kserve::Tensors,
+) -> Result<()> {
     use quetta_protocols::kserve;
     let transport =
         quetta_http::Transport::new(&cfg.transport()).map_err(|e| Error::config(e.to_string()))?;
     let key = cfg.api_key.as_ref().map(|k| k.expose().to_owned());
-    kserve::preflight(&transport, &cfg.base_url, key.as_deref(), &cfg.model, &kserve::ALWAYS_SENT)
+    kserve::preflight(&transport, &cfg.base_url, key.as_deref(), &cfg.model, tensors.always_sent())
         .await
         .map_err(|e| Error::Target(format!("pre-flight: {given}: {e}")))
 }

@@ -437,6 +437,12 @@ fn kserve_grpc_against_the_simulator_as_a_server() {
     assert_eq!(s.target.base_url, url);
     assert_eq!(s.total_output_tokens, 60, "one response a token");
     validate_run_dir(&dir);
+    // the vLLM backend's layout: the simulator's model takes it too (its metadata lists both)
+    let mut t = target(Protocol::KserveGrpc, &model);
+    t.protocol_options.kserve_tensors = quetta::protocols::kserve::Tensors::Vllm;
+    let r = Benchmark::new(t).workload(WorkloadSpec::synthetic(8, 5)).requests(4).run_blocking();
+    let s = r.unwrap().summary;
+    assert_eq!((s.completed, s.total_output_tokens), (4, 20), "{:?}", s.top_errors);
     let e = refusal(Benchmark::new(target(Protocol::KserveGrpc, "llama")));
     assert!(e.contains("model \"llama\" is not ready (ModelReady)"), "{e}");
     let e = refusal(Benchmark::new(target(Protocol::Chat, &model)));

@@ -11,9 +11,13 @@
 //! One call per request: the request message goes out and the stream is half-closed; the
 //! server answers with responses until its final one, then the trailers.
 //!
-//! The request is TensorRT-LLM's ensemble: `text_input` (BYTES [1,1]), `max_tokens`
-//! (INT32), `stream` (BOOL), `min_length` (INT32) when lengths are forced, `temperature`
-//! and `top_p` (FP32) and `random_seed` (UINT64) when given; output `text_output`. A
+//! The request's tensors are those of one of two model layouts ([`Tensors`]): TensorRT-LLM's
+//! ensemble (the default): `text_input` (BYTES [1,1]), `max_tokens` (INT32), `stream`
+//! (BOOL), `min_length` (INT32) when lengths are forced, `temperature` and `top_p` (FP32)
+//! and `random_seed` (UINT64) when given; or Triton's vLLM backend: `text_input`, `stream`,
+//! `exclude_input_in_output` (BOOL, true) and `sampling_parameters`, a JSON string of vLLM's
+//! sampling parameters (`max_tokens`, `min_tokens`, `ignore_eos`, `temperature`, `top_p`,
+//! `seed`). Both answer in `text_output`. A
 //! streamed request asks for an empty final response (`triton_enable_empty_final_response`,
 //! as Triton's own clients do), which ends it; a response with `error_message` fails it in
 //! Triton's words, and a call whose status is not OK fails in gRPC's.
@@ -50,9 +54,44 @@ pub const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
 /// The parameter of a response that marks it as the request's last.
 pub const FINAL: &str = "triton_final_response";
 
-/// KServe v2 over gRPC with TensorRT-LLM's ensemble tensors.
+/// The tensors a model takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tensors {
+    /// TensorRT-LLM's ensemble (`text_input`, `max_tokens`, `stream`, …).
+    #[default]
+    TensorRtLlm,
+    /// Triton's vLLM backend (`text_input`, `stream`, `sampling_parameters`,
+    /// `exclude_input_in_output`).
+    Vllm,
+}
+
+impl Tensors {
+    /// The input tensors every request sends (the others only when a run asks for them),
+    /// which the pre-flight looks for in the model's metadata.
+    pub fn always_sent(self) -> &'static [&'static str] {
+        match self {
+            Self::TensorRtLlm => &["text_input", "max_tokens", "stream"],
+            Self::Vllm => {
+                &["text_input", "stream", "sampling_parameters", "exclude_input_in_output"]
+            }
+        }
+    }
+
+    /// `trtllm` or `vllm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TensorRtLlm => "trtllm",
+            Self::Vllm => "vllm",
+        }
+    }
+}
+
+/// KServe v2 over gRPC with one model layout's tensors.
 #[derive(Debug, Default)]
-pub struct KserveGrpc;
+pub struct KserveGrpc {
+    pub tensors: Tensors,
+}
 
 /// One input tensor of shape [1,1] (or [1,n] for `n` elements) and its raw little-endian
 /// contents.
@@ -103,11 +142,15 @@ pub fn frame(msg: &impl Message) -> Vec<u8> {
 
 impl KserveGrpc {
     /// The `ModelInferRequest` of a request.
-    pub fn request(model: &str, req: &EngineRequest) -> Result<ModelInferRequest, EngineError> {
+    pub fn request(
+        &self,
+        model: &str,
+        req: &EngineRequest,
+    ) -> Result<ModelInferRequest, EngineError> {
         let text = match &req.prompt {
             Prompt::TokenIds(_) => {
                 return Err(EngineError::Request(
-                    "KServe gRPC: the ensemble takes text (text_input), not token ids".into(),
+                    "KServe gRPC: the model takes text (text_input), not token ids".into(),
                 ))
             }
             p => prompt_text(p, "KServe gRPC")?,
@@ -118,6 +161,9 @@ impl KserveGrpc {
             ..ModelInferRequest::default()
         };
         tensor(&mut r, "text_input", "BYTES", bytes_element(text.as_bytes()));
+        if self.tensors == Tensors::Vllm {
+            return Ok(Self::vllm(r, req));
+        }
         if let Some(n) = req.max_tokens {
             tensor(&mut r, "max_tokens", "INT32", i32_le(n));
         }
@@ -142,6 +188,43 @@ impl KserveGrpc {
             r.parameters.insert(EMPTY_FINAL.into(), InferParameter::bool(true));
         }
         Ok(r)
+    }
+}
+
+impl KserveGrpc {
+    /// The rest of a request to Triton's vLLM backend: its sampling parameters as one JSON
+    /// string.
+    fn vllm(mut r: ModelInferRequest, req: &EngineRequest) -> ModelInferRequest {
+        let mut sp = Map::new();
+        if let Some(n) = req.max_tokens {
+            sp.insert("max_tokens".into(), n.into());
+        }
+        if req.ignore_eos {
+            sp.insert("ignore_eos".into(), true.into());
+        }
+        if let Some(n) = if req.ignore_eos { req.max_tokens } else { req.min_tokens } {
+            sp.insert("min_tokens".into(), n.into());
+        }
+        let s = &req.params.sampling;
+        if let Some(t) = s.temperature {
+            sp.insert("temperature".into(), t.into());
+        }
+        if let Some(p) = s.top_p {
+            sp.insert("top_p".into(), p.into());
+        }
+        if let Some(seed) = s.seed {
+            sp.insert("seed".into(), seed.into());
+        }
+        tensor(&mut r, "stream", "BOOL", vec![u8::from(req.stream)]);
+        let sp = Value::Object(sp).to_string();
+        tensor(&mut r, "sampling_parameters", "BYTES", bytes_element(sp.as_bytes()));
+        tensor(&mut r, "exclude_input_in_output", "BOOL", vec![1]);
+        r.outputs
+            .push(InferRequestedOutputTensor { name: TEXT_OUTPUT.into(), ..Default::default() });
+        if req.stream {
+            r.parameters.insert(EMPTY_FINAL.into(), InferParameter::bool(true));
+        }
+        r
     }
 }
 
@@ -173,7 +256,7 @@ impl Wire for KserveGrpc {
                 "KServe gRPC: a request body is protobuf, it takes no extra JSON fields".into(),
             ));
         }
-        let body = frame(&Self::request(ctx.model, req)?);
+        let body = frame(&self.request(ctx.model, req)?);
         Ok(Encoded { body, content_type: "application/grpc".into() })
     }
 
@@ -492,9 +575,6 @@ impl BodyDecoder for KserveDecoder {
     }
 }
 
-/// The tensors every request sends (the others only when a run asks for them).
-pub const ALWAYS_SENT: [&str; 3] = ["text_input", "max_tokens", "stream"];
-
 /// Why the pre-flight check refused a server.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -789,12 +869,33 @@ mod tests {
         ));
     }
 
+    /// Triton's vLLM backend: the sampling parameters in one JSON string, the prompt left
+    /// out of the answer.
+    #[test]
+    fn the_request_to_the_vllm_backend() {
+        let mut req = EngineRequest::new(3, Prompt::Text("hi".into()));
+        req.max_tokens = Some(7);
+        req.ignore_eos = true;
+        let r = KserveGrpc { tensors: Tensors::Vllm }.request("vllm_model", &req).unwrap();
+        let names: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["text_input", "stream", "sampling_parameters", "exclude_input_in_output"]
+        );
+        assert_eq!(names, Tensors::Vllm.always_sent());
+        let sp = bytes_elements(&r.raw_input_contents[2]).unwrap()[0];
+        let sp: Value = serde_json::from_slice(sp).unwrap();
+        assert_eq!(sp, serde_json::json!({"max_tokens": 7, "ignore_eos": true, "min_tokens": 7}));
+        assert_eq!(r.raw_input_contents[3], [1]);
+        assert_eq!(r.outputs[0].name, TEXT_OUTPUT);
+    }
+
     #[test]
     fn the_request_is_the_ensembles() {
         let mut req = EngineRequest::new(9, Prompt::Text("hi".into()));
         req.max_tokens = Some(5);
         req.ignore_eos = true;
-        let r = KserveGrpc::request("ensemble", &req).unwrap();
+        let r = KserveGrpc::default().request("ensemble", &req).unwrap();
         let names: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["text_input", "max_tokens", "min_length", "stream"]);
         assert_eq!(r.raw_input_contents[0], bytes_element(b"hi"));
@@ -806,6 +907,6 @@ mod tests {
         assert_eq!(framed[0], 0);
         assert_eq!(u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize, framed.len() - 5);
         let ids = EngineRequest::new(1, Prompt::TokenIds(vec![1, 2]));
-        assert!(KserveGrpc::request("ensemble", &ids).is_err(), "the ensemble takes text");
+        assert!(KserveGrpc::default().request("ensemble", &ids).is_err(), "the ensemble takes text");
     }
 }
