@@ -3,8 +3,6 @@
 //! Converse and Invoke for each built-in model family, streamed and whole, model ids as
 //! profiles and ARNs, throttling and exception events typed.
 
-use std::future::poll_fn;
-use std::pin::Pin;
 use std::time::Duration;
 
 use quetta_aws::{
@@ -13,6 +11,9 @@ use quetta_aws::{
 };
 use quetta_engine::{Engine, EngineRequest, EventKind, Message, Prompt, ServerTiming, TimedEvent};
 use quetta_sim::providers::{AwsKey, FakeConfig, ProviderFake};
+
+mod common;
+use common::{collect, error, text};
 
 const AKID: &str = "AKIDQUETTABEDROCK";
 const SECRET: &str = "canary-bedrock-secret-wJalrXUtnFEMI";
@@ -48,17 +49,6 @@ async fn engine(fake: &ProviderFake, model: &str, api: BedrockApi) -> BedrockEng
     BedrockEngine::new(config(fake, model, api, SECRET)).await.unwrap()
 }
 
-async fn collect(e: &BedrockEngine, req: EngineRequest) -> Vec<TimedEvent> {
-    let mut s = e.send(req);
-    let mut v = Vec::new();
-    while let Some(ev) =
-        poll_fn(|cx| futures_core::Stream::poll_next(Pin::as_mut(&mut s), cx)).await
-    {
-        v.push(ev);
-    }
-    v
-}
-
 fn req(id: u64, n: u32, stream: bool) -> EngineRequest {
     let mut r = EngineRequest::new(
         id,
@@ -75,22 +65,6 @@ fn req(id: u64, n: u32, stream: bool) -> EngineRequest {
 
 fn tokens(ev: &[TimedEvent]) -> Vec<&TimedEvent> {
     ev.iter().filter(|e| matches!(e.kind, EventKind::Content(_))).collect()
-}
-
-fn text(ev: &[TimedEvent]) -> String {
-    ev.iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Content(d) => d.text.clone(),
-            _ => None,
-        })
-        .collect()
-}
-
-fn error(ev: &[TimedEvent]) -> Option<&quetta_engine::EngineError> {
-    ev.iter().find_map(|e| match &e.kind {
-        EventKind::Error(x) => Some(x),
-        _ => None,
-    })
 }
 
 fn usage(ev: &[TimedEvent]) -> Option<quetta_engine::Usage> {

@@ -2,13 +2,14 @@
 //! implementation, real event-stream frames (split payload parts, one byte per chunk, a
 //! bad CRC, a model-stream exception), both payload formats, InvokeEndpoint.
 
-use std::future::poll_fn;
-use std::pin::Pin;
 use std::time::Duration;
 
 use quetta_aws::{static_credentials, CredentialSource, Payload, SageMakerConfig, SageMakerEngine};
-use quetta_engine::{Engine, EngineRequest, EventKind, Prompt, TimedEvent};
+use quetta_engine::{EngineRequest, EventKind, Prompt};
 use quetta_sim::providers::{AwsKey, FakeConfig, ProviderFake};
+
+mod common;
+use common::{collect, error, text};
 
 const AKID: &str = "AKIDQUETTATEST";
 const SECRET: &str = "canary-secret-wJalrXUtnFEMI-K7MDENG";
@@ -38,39 +39,12 @@ async fn engine(fake: &ProviderFake, secret: &str, payload: Payload) -> SageMake
     SageMakerEngine::new(c).await.unwrap()
 }
 
-async fn collect(e: &SageMakerEngine, req: EngineRequest) -> Vec<TimedEvent> {
-    let mut s = e.send(req);
-    let mut v = Vec::new();
-    while let Some(ev) =
-        poll_fn(|cx| futures_core::Stream::poll_next(Pin::as_mut(&mut s), cx)).await
-    {
-        v.push(ev);
-    }
-    v
-}
-
 fn req(id: u64, n: u32, stream: bool) -> EngineRequest {
     let mut r = EngineRequest::new(id, Prompt::Text("tell me about event streams".into()));
     r.max_tokens = Some(n);
     r.stream = stream;
     r.capture_text = true;
     r
-}
-
-fn text(ev: &[TimedEvent]) -> String {
-    ev.iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Content(d) => d.text.clone(),
-            _ => None,
-        })
-        .collect()
-}
-
-fn error(ev: &[TimedEvent]) -> Option<&quetta_engine::EngineError> {
-    ev.iter().find_map(|e| match &e.kind {
-        EventKind::Error(x) => Some(x),
-        _ => None,
-    })
 }
 
 #[tokio::test]

@@ -529,6 +529,30 @@ impl Target {
         })
     }
 
+    /// A managed provider's engine, connected: it speaks chat, in its own words, and takes
+    /// no API key of Quetta's (its credentials are the provider's).
+    #[cfg(any(feature = "aws", feature = "vertex"))]
+    fn managed(
+        &self,
+        engine: Arc<dyn Engine>,
+        model: String,
+        base_url: String,
+        notes: Vec<String>,
+    ) -> Connected {
+        Connected {
+            backend: engine.name().to_owned(),
+            engine,
+            model,
+            base_url,
+            protocol: Protocol::Chat,
+            embedded_simulator: false,
+            notes,
+            simulator: None,
+            api_key: None,
+            insecure: self.insecure,
+        }
+    }
+
     #[cfg(feature = "aws")]
     async fn connect_sagemaker(&self, cfg: &quetta_aws::SageMakerConfig) -> Result<Connected> {
         let mut c = cfg.clone();
@@ -551,18 +575,7 @@ impl Target {
             "SageMaker endpoint {name} in {} ({payload} payload); requests signed with SigV4, credentials from the AWS chain refreshed before expiry",
             e.region()
         );
-        Ok(Connected {
-            engine: Arc::new(e),
-            model,
-            base_url: format!("{base}/endpoints/{name}"),
-            backend: "sagemaker".into(),
-            protocol: Protocol::Chat,
-            embedded_simulator: false,
-            notes: vec![note],
-            simulator: None,
-            api_key: None,
-            insecure: self.insecure,
-        })
+        Ok(self.managed(Arc::new(e), model, format!("{base}/endpoints/{name}"), vec![note]))
     }
 
     #[cfg(feature = "aws")]
@@ -595,18 +608,7 @@ impl Target {
         if self.preflight {
             preflight_request(&e, &base, Protocol::Chat, &self.headers).await?;
         }
-        Ok(Connected {
-            backend: e.name().to_owned(),
-            engine: Arc::new(e),
-            model,
-            base_url: base,
-            protocol: Protocol::Chat,
-            embedded_simulator: false,
-            notes,
-            simulator: None,
-            api_key: None,
-            insecure: self.insecure,
-        })
+        Ok(self.managed(Arc::new(e), model, base, notes))
     }
 
     #[cfg(feature = "vertex")]
@@ -646,18 +648,7 @@ impl Target {
         if predict {
             notes.push("Vertex predict is not streamed: TTFT equals E2E, and no inter-token latency is reported".into());
         }
-        Ok(Connected {
-            backend: e.name().to_owned(),
-            engine: Arc::new(e),
-            model,
-            base_url: base,
-            protocol: Protocol::Chat,
-            embedded_simulator: false,
-            notes,
-            simulator: None,
-            api_key: None,
-            insecure: self.insecure,
-        })
+        Ok(self.managed(Arc::new(e), model, base, notes))
     }
 }
 

@@ -907,6 +907,9 @@ mod tests {
         assert_eq!(framed[0], 0);
         assert_eq!(u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize, framed.len() - 5);
         let ids = EngineRequest::new(1, Prompt::TokenIds(vec![1, 2]));
-        assert!(KserveGrpc::default().request("ensemble", &ids).is_err(), "the ensemble takes text");
+        assert!(
+            KserveGrpc::default().request("ensemble", &ids).is_err(),
+            "the ensemble takes text"
+        );
     }
 }
