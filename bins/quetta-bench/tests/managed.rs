@@ -426,7 +426,7 @@ fn bedrock_runs_sweeps_and_comparisons_with_throttling_and_no_secret_in_any_outp
         text(&oa)
     );
     assert_eq!(s["errors"]["throttled"], 1, "{}", s["errors"]);
-    assert!(text(&oa).contains("WARNING: 1 of 8 requests were throttled"), "{}", text(&oa));
+    assert!(text(&oa).contains("WARNING: the provider throttled 1 of 8 requests"), "{}", text(&oa));
     // the service's latency (its planned 20 + 2 × 11 ms) beside the client's E2E
     let st = &s["server_timing"];
     assert_eq!(st["requests_with_e2e"], 7, "{st}");
@@ -437,6 +437,25 @@ fn bedrock_runs_sweeps_and_comparisons_with_throttling_and_no_secret_in_any_outp
     assert_eq!(recs.matches("\"server_e2e_ms\":42.0").count(), 7);
     assert_eq!(recs.matches("\"error_kind\":\"throttled\"").count(), 1);
 
+    // retried: the throttled attempts (the fake's 10th and 15th) are said, not hidden
+    let ar = d.join("runs/retried");
+    let o = cmd(&[
+        &["run", "--no-preflight", "--retries", "2", "--retry-backoff", "10ms"][..],
+        &target,
+        &model,
+        &load,
+        &["--output-dir", ar.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let s = summary(&ar);
+    assert_eq!(
+        (s["completed"].as_u64(), s["throttled_retries"].as_u64()),
+        (Some(8), Some(2)),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("throttled 0 of 8 requests (rate limit or quota), which failed, and 2 earlier attempts that were sent again"), "{}", text(&o));
     // the rest against a fake without a quota
     let fake = aws_fake("AKIDQUETTACLI", "eu-west-1", |_| {});
     let url = fake.base_url();

@@ -514,6 +514,9 @@ pub struct Aggregate {
     /// Requests retried with `--retries`, and the extra attempts they took.
     pub retried_requests: u64,
     pub retry_attempts: u64,
+    /// Attempts the provider throttled that were sent again (`--retries`): throttling a
+    /// retry hid from the final count of `throttled` failures.
+    pub throttled_retries: u64,
     /// Measured requests with a planned output length, and those whose output length
     /// equalled it (`osl_hit_rate`).
     pub osl_planned: u64,
@@ -569,6 +572,10 @@ pub struct MetricsSummary {
     /// attempts they took; a retried request that succeeded counts as completed.
     pub retried_requests: u64,
     pub retry_attempts: u64,
+    /// Attempts the provider throttled that were sent again (`--retries`): throttling a
+    /// retry hid from the final count of `throttled` failures.
+    #[serde(default)]
+    pub throttled_retries: u64,
     /// How much of the run the client itself took, and whether it set the pace.
     #[serde(default)]
     pub client_overhead: ClientOverhead,
@@ -718,6 +725,7 @@ impl Aggregate {
             server_ttft: (0, 0.0, 0.0),
             server_e2e: (0, 0.0, 0.0),
             retried_requests: 0,
+            throttled_retries: 0,
             retry_attempts: 0,
             osl_planned: 0,
             osl_hits: 0,
@@ -745,6 +753,8 @@ impl Aggregate {
         if r.attempts > 1 {
             self.retried_requests += 1;
             self.retry_attempts += u64::from(r.attempts - 1);
+            self.throttled_retries +=
+                r.retry_errors.iter().filter(|k| k.as_str() == "throttled").count() as u64;
         }
         self.dist(Metric::Queue).add(r.queue_ms);
         self.dist(Metric::ScheduleLag).add(r.schedule_lag_ms);
@@ -921,6 +931,7 @@ impl Aggregate {
             a.2 += b.2;
         }
         self.retried_requests += o.retried_requests;
+        self.throttled_retries += o.throttled_retries;
         self.retry_attempts += o.retry_attempts;
         self.osl_planned += o.osl_planned;
         self.osl_hits += o.osl_hits;
@@ -1041,6 +1052,7 @@ impl Aggregate {
             new_connections: self.new_connections,
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
+            throttled_retries: self.throttled_retries,
             retry_attempts: self.retry_attempts,
             client_overhead: self.client_overhead(extra_percentiles),
             server_timing: self.server_timing(),
@@ -1131,6 +1143,8 @@ struct Wire {
     server_e2e: (u64, f64, f64),
     #[serde(default)]
     retried_requests: u64,
+    #[serde(default)]
+    throttled_retries: u64,
     #[serde(default)]
     retry_attempts: u64,
     #[serde(default)]
@@ -1255,6 +1269,7 @@ impl Serialize for Aggregate {
             server_e2e: self.server_e2e,
             stale_connection_retries: self.stale_connection_retries,
             retried_requests: self.retried_requests,
+            throttled_retries: self.throttled_retries,
             retry_attempts: self.retry_attempts,
             osl_planned: self.osl_planned,
             osl_hits: self.osl_hits,
@@ -1320,6 +1335,7 @@ impl<'de> Deserialize<'de> for Aggregate {
         agg.server_ttft = w.server_ttft;
         agg.server_e2e = w.server_e2e;
         agg.retried_requests = w.retried_requests;
+        agg.throttled_retries = w.throttled_retries;
         agg.retry_attempts = w.retry_attempts;
         Ok(agg)
     }

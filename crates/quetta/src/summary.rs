@@ -340,11 +340,16 @@ pub(crate) fn assemble(
         ));
     }
     metric_notes(b, &metrics, &mut notes);
-    if let Some(&n) = metrics.errors.get("throttled").filter(|n| **n > 0) {
+    let throttled = metrics.errors.get("throttled").copied().unwrap_or(0);
+    if throttled + metrics.throttled_retries > 0 {
+        let retried = match metrics.throttled_retries {
+            0 => String::new(),
+            r => format!(", and {r} earlier attempts that were sent again"),
+        };
         notes.insert(
             0,
             format!(
-                "WARNING: {n} of {} requests were throttled by the provider (rate limit or quota): they are failures, never retried into successes, and the run measured the quota as much as the model",
+                "WARNING: the provider throttled {throttled} of {} requests (rate limit or quota), which failed{retried}: the run measured the quota as much as the model",
                 metrics.completed + metrics.failed
             ),
         );
