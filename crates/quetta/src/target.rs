@@ -153,6 +153,17 @@ impl Target {
         Self::of(TargetKind::Http { base_url: base_url.into() }).protocol(protocol)
     }
 
+    /// A KServe v2 server over gRPC (Triton with TensorRT-LLM or vLLM, KServe) at
+    /// `grpc://HOST:PORT` (`grpcs://` with TLS).
+    ///
+    /// ```
+    /// let t = quetta::Target::kserve_grpc("grpc://127.0.0.1:8001").model("ensemble");
+    /// assert_eq!(t.protocol, quetta::Protocol::KserveGrpc);
+    /// ```
+    pub fn kserve_grpc(url: impl Into<String>) -> Self {
+        Self::http(url, Protocol::KserveGrpc)
+    }
+
     /// OpenAI's Responses API (`/v1/responses`).
     pub fn responses(base_url: impl Into<String>) -> Self {
         Self::http(base_url, Protocol::Responses)
