@@ -7,7 +7,7 @@ in; `text_output` out), streaming one response per token, so that a misreading o
 protocol shared by Quetta's client and Quetta's simulator cannot pass both.
 
 Usage: kserve-grpc-server.py [--port N] [--ttft-ms T] [--itl-ms I] [--api-key K] [--log F]
-                             [--without-input NAME] [--vllm]
+                             [--without-input NAME] [--vllm | --ids]
 Prints `listening on PORT` once it serves. With --log, one JSON line per request: its id,
 the monotonic instant its request was read, the instant before each response was handed to
 gRPC (`sends_ns`) and the instant gRPC gave control back once its send had completed
@@ -18,6 +18,10 @@ bytes left between the two.
 (`text_input`, `stream`, `sampling_parameters` as a JSON string, `exclude_input_in_output`;
 `max_tokens` from the sampling parameters, vLLM's 16 without one; an unknown sampling
 parameter refused as vLLM refuses it).
+--ids serves a model shaped like TensorRT-LLM's `tensorrt_llm` model, named `tensorrt_llm`
+(`input_ids` INT32 [1,n], `input_lengths`, `request_output_len`, `streaming`, optional
+`min_tokens`; `output_ids` out, one INT32 id a response: 1000 + the token's index), and
+refuses a request whose `input_lengths` is not its count of ids.
 --without-input leaves an input out of the model (its metadata, and the inputs it takes).
 A prompt containing FAIL_AFTER_2 gets two tokens, then a response with `error_message`
 (Triton's way of failing a decoupled request).
@@ -49,6 +53,13 @@ VLLM_INPUTS = {
     "stream": "BOOL",
     "sampling_parameters": "BYTES",
     "exclude_input_in_output": "BOOL",
+}
+IDS_INPUTS = {
+    "input_ids": "INT32",
+    "input_lengths": "INT32",
+    "request_output_len": "INT32",
+    "streaming": "BOOL",
+    "min_tokens": "INT32",
 }
 VLLM_SAMPLING = {"max_tokens", "min_tokens", "ignore_eos", "temperature", "top_p", "seed"}
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog"]
@@ -98,9 +109,13 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ModelMetadataResponse(
             name=MODEL,
             versions=["1"],
-            platform="ensemble",
+            platform="tensorrtllm" if MODEL == "tensorrt_llm" else "ensemble",
             inputs=[t(name=n, datatype=d, shape=[-1, 1]) for n, d in INPUTS.items()],
-            outputs=[t(name="text_output", datatype="BYTES", shape=[-1, -1])],
+            outputs=[
+                t(name="output_ids", datatype="INT32", shape=[-1, -1])
+                if MODEL == "tensorrt_llm"
+                else t(name="text_output", datatype="BYTES", shape=[-1, -1])
+            ],
         )
 
     def _parse(self, req):
@@ -117,6 +132,10 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 return None, f"[request id: {req.id}] inference input '{t.name}' data-type is '{t.datatype}', but model '{MODEL}' expects '{INPUTS[t.name]}'"
             if t.datatype == "BYTES":
                 values[t.name] = b"".join(bytes_elements(raw)).decode()
+            elif t.datatype == "INT32" and t.name == "input_ids":
+                if list(t.shape) != [1, len(raw) // 4] or len(raw) % 4:
+                    return None, f"[request id: {req.id}] unexpected shape for input 'input_ids' for model '{MODEL}'"
+                values[t.name] = list(struct.unpack(f"<{len(raw) // 4}i", raw))
             elif t.datatype == "INT32":
                 values[t.name] = struct.unpack("<i", raw)[0]
             elif t.datatype == "BOOL":
@@ -125,6 +144,12 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 values[t.name] = struct.unpack("<f", raw)[0]
             else:
                 values[t.name] = struct.unpack("<Q", raw)[0]
+        if MODEL == "tensorrt_llm":
+            if values.get("input_lengths") != len(values.get("input_ids", [])):
+                return None, f"[request id: {req.id}] input_lengths {values.get('input_lengths')} is not the {len(values.get('input_ids', []))} input_ids"
+            values["max_tokens"] = values.get("request_output_len")
+            values["stream"] = values.get("streaming")
+            values["text_input"] = ""
         if MODEL == "vllm_model":
             try:
                 sp = json.loads(values.get("sampling_parameters", "{}"))
@@ -139,9 +164,15 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
             return None, f"[request id: {req.id}] expected 3 inputs but got {len(values)} inputs for model '{MODEL}'"
         return values, None
 
-    def _response(self, req, word, final):
+    def _response(self, req, word, final, index=0):
         r = service_pb2.ModelInferResponse(model_name=MODEL, model_version="1", id=req.id)
-        if word is not None:
+        if word is not None and MODEL == "tensorrt_llm":
+            out = r.outputs.add()
+            out.name, out.datatype = "output_ids", "INT32"
+            n = len(word.split()) if index < 0 else 1
+            out.shape.extend([1, 1, n])
+            r.raw_output_contents.append(struct.pack(f"<{n}i", *[1000 + i for i in range(n)]))
+        elif word is not None:
             out = r.outputs.add()
             out.name, out.datatype = "text_output", "BYTES"
             out.shape.extend([1, 1])
@@ -178,7 +209,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
                 word = " " + WORDS[i % len(WORDS)]
                 last = i == n - 1 and not empty_final
                 sends.append(time.monotonic_ns())
-                yield service_pb2.ModelStreamInferResponse(infer_response=self._response(req, word, last))
+                yield service_pb2.ModelStreamInferResponse(infer_response=self._response(req, word, last, i))
                 # grpcio resumes the generator once the message's send has completed
                 written.append(time.monotonic_ns())
             else:
@@ -195,7 +226,7 @@ class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
         time.sleep((self.args.ttft_ms + self.args.itl_ms * max(n - 1, 0)) / 1e3)
         text = "".join(" " + WORDS[i % len(WORDS)] for i in range(n))
         self._write_log({"id": request.id, "arrival_ns": time.monotonic_ns(), "sends_ns": [], "written_ns": [], "stream": False})
-        return self._response(request, text, False)
+        return self._response(request, text, False, -1)
 
 
 def main():
@@ -207,8 +238,13 @@ def main():
     p.add_argument("--log")
     p.add_argument("--without-input")
     p.add_argument("--vllm", action="store_true")
+    p.add_argument("--ids", action="store_true")
     args = p.parse_args()
     global MODEL
+    if args.ids:
+        MODEL = "tensorrt_llm"
+        INPUTS.clear()
+        INPUTS.update(IDS_INPUTS)
     if args.vllm:
         MODEL = "vllm_model"
         INPUTS.clear()

@@ -242,6 +242,9 @@ choice!(KserveTensorsArg {
     Trtllm,
     /// Triton's vLLM backend.
     Vllm,
+    /// TensorRT-LLM's tensorrt_llm model: token ids in and out (needs --tokenizer and
+    /// token-id prompts).
+    Ids,
 });
 choice!(VertexApiArg {
     /// Gemini streamGenerateContent (SSE).
@@ -346,8 +349,9 @@ pub struct RunArgs {
     #[arg(help_heading = "Target", long)]
     pub chain_responses: bool,
     /// --backend kserve-grpc: the model's tensors, TensorRT-LLM's ensemble (text_input,
-    /// max_tokens, stream…) or Triton's vLLM backend (text_input, stream,
-    /// sampling_parameters, exclude_input_in_output).
+    /// max_tokens, stream…), Triton's vLLM backend (text_input, stream,
+    /// sampling_parameters, exclude_input_in_output) or TensorRT-LLM's tensorrt_llm model
+    /// (input_ids, input_lengths, request_output_len, streaming; output_ids).
     #[arg(help_heading = "Target", long, value_enum, default_value = "trtllm")]
     pub kserve_tensors: KserveTensorsArg,
     /// Model name (default: the first model listed by /v1/models).
@@ -951,6 +955,7 @@ impl RunArgs {
         t.protocol_options.kserve_tensors = match self.kserve_tensors {
             KserveTensorsArg::Trtllm => quetta::protocols::kserve::Tensors::TensorRtLlm,
             KserveTensorsArg::Vllm => quetta::protocols::kserve::Tensors::Vllm,
+            KserveTensorsArg::Ids => quetta::protocols::kserve::Tensors::TokenIds,
         };
         t.path = self.path();
         t.model.clone_from(&self.model);

@@ -100,6 +100,7 @@ pub fn transcription(data: &[u8]) {
 pub fn kserve(data: &[u8]) {
     use quetta_protocols::kserve::KserveDecoder;
     split_invariant(|| Box::new(KserveDecoder::new(true, true, MAX_EVENT)), data);
+    split_invariant(|| Box::new(KserveDecoder::new(true, true, MAX_EVENT).token_ids()), data);
     let body = data.get(1..).unwrap_or_default();
     // the reading in place is prost's wherever it answers
     quetta_protocols::kserve::check_reader_against_prost(true, body);

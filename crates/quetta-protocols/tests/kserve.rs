@@ -68,13 +68,7 @@ fn preflight(srv: &KserveServer, rt: &tokio::runtime::Runtime) {
     let t = transport();
     let base = format!("http://127.0.0.1:{}", srv.port);
     let check = |key, model| {
-        rt.block_on(kserve::preflight(
-            &t,
-            &base,
-            key,
-            model,
-            kserve::Tensors::TensorRtLlm.always_sent(),
-        ))
+        rt.block_on(kserve::preflight(&t, &base, key, model, kserve::Tensors::TensorRtLlm))
     };
     check(Some("k1"), "ensemble").unwrap();
     assert_eq!(check(Some("k1"), "llama"), Err(PreflightError::NotReady("llama".into())));
@@ -90,13 +84,8 @@ fn preflight_names_a_tensor_the_model_lacks() {
     let Some(srv) = KserveServer::start(&["--without-input", "max_tokens"]) else { return };
     let base = format!("http://127.0.0.1:{}", srv.port);
     let t = transport();
-    let r = rt().block_on(kserve::preflight(
-        &t,
-        &base,
-        None,
-        "ensemble",
-        kserve::Tensors::TensorRtLlm.always_sent(),
-    ));
+    let r =
+        rt().block_on(kserve::preflight(&t, &base, None, "ensemble", kserve::Tensors::TensorRtLlm));
     match r {
         Err(PreflightError::MissingTensor { direction: "input", tensor, listed, .. }) => {
             assert_eq!(tensor, "max_tokens");
@@ -187,9 +176,8 @@ fn the_vllm_backends_tensors() {
     let rt = rt();
     let t = transport();
     let base = format!("http://127.0.0.1:{}", srv.port);
-    let check = |tensors: Tensors| {
-        rt.block_on(kserve::preflight(&t, &base, None, "vllm_model", tensors.always_sent()))
-    };
+    let check =
+        |tensors: Tensors| rt.block_on(kserve::preflight(&t, &base, None, "vllm_model", tensors));
     check(Tensors::Vllm).unwrap();
     match check(Tensors::TensorRtLlm) {
         Err(PreflightError::MissingTensor { tensor, .. }) => assert_eq!(tensor, "max_tokens"),
@@ -212,4 +200,54 @@ fn the_vllm_backends_tensors() {
     let r = rt.block_on(send(e.as_ref(), 3, "tell me", 4, true));
     let err = r.error.expect("refused");
     assert!(err.contains("unexpected inference input 'max_tokens'"), "{err}");
+}
+
+/// A model shaped like TensorRT-LLM's `tensorrt_llm` (`--ids`): token ids in (`input_ids`
+/// with its length), `output_ids` out; the output tokens are the ids counted, streamed (one
+/// a response) and unary (all in one); the pre-flight checks the layout's tensors and
+/// output.
+#[test]
+fn the_tensorrt_llm_models_token_ids() {
+    use quetta_protocols::kserve::{self, PreflightError, Tensors};
+    let Some(srv) = KserveServer::start(&["--ids", "--ttft-ms", "2", "--itl-ms", "1"]) else {
+        return;
+    };
+    let rt = rt();
+    let t = transport();
+    let base = format!("http://127.0.0.1:{}", srv.port);
+    let check =
+        |tensors: Tensors| rt.block_on(kserve::preflight(&t, &base, None, "tensorrt_llm", tensors));
+    check(Tensors::TokenIds).unwrap();
+    match check(Tensors::TensorRtLlm) {
+        Err(PreflightError::MissingTensor { tensor, .. }) => assert_eq!(tensor, "text_input"),
+        other => panic!("{other:?}"),
+    }
+    let cfg = OpenAiConfig::new(srv.url(), Api::Chat, "tensorrt_llm");
+    let mut opts = Options::default();
+    opts.kserve_tensors = Tensors::TokenIds;
+    let e = quetta_protocols::engine(Protocol::KserveGrpc, cfg, opts).unwrap();
+    for (id, n, stream) in [(1, 6, true), (2, 4, false)] {
+        let mut req = EngineRequest::new(id, Prompt::TokenIds(vec![5, 6, 7, 8, 9]));
+        req.max_tokens = Some(n);
+        req.stream = stream;
+        let now = Instant::now();
+        let r = RequestRecord::from_observation(rt.block_on(quetta_loadgen::execute(
+            e.as_ref(),
+            req,
+            5,
+            now,
+            now,
+            now,
+        )));
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.output_tokens, Some(u64::from(n)), "{r:?}");
+        assert_eq!(r.token_chunks, if stream { n } else { 1 }, "{r:?}");
+    }
+    // a text prompt cannot go to a model of token ids
+    let mut req = EngineRequest::new(3, Prompt::Text("hi".into()));
+    req.max_tokens = Some(2);
+    let now = Instant::now();
+    let o = rt.block_on(quetta_loadgen::execute(e.as_ref(), req, 5, now, now, now));
+    let err = o.error.expect("refused").to_string();
+    assert!(err.contains("takes token ids"), "{err}");
 }

@@ -364,6 +364,16 @@ impl Benchmark {
                 self.workload.inputs_per_request
             )));
         }
+        let ids = self.target.protocol_options.kserve_tensors
+            == quetta_protocols::kserve::Tensors::TokenIds
+            && p == crate::Protocol::KserveGrpc;
+        if ids != self.workload.token_ids && p == crate::Protocol::KserveGrpc {
+            return Err(Error::config(if ids {
+                "the tensorrt_llm model takes token ids: the workload must send token-id prompts (a tokenizer, and prompts as token ids)"
+            } else {
+                "token-id prompts need the tensorrt_llm model's tensors (token ids) over KServe gRPC"
+            }));
+        }
         if built.is_sessions() && self.requests.is_some_and(|n| n == 0) {
             return Err(Error::config("the number of requests must be at least 1"));
         }

@@ -743,7 +743,7 @@ async fn kserve_preflight(
     let transport =
         quetta_http::Transport::new(&cfg.transport()).map_err(|e| Error::config(e.to_string()))?;
     let key = cfg.api_key.as_ref().map(|k| k.expose().to_owned());
-    kserve::preflight(&transport, &cfg.base_url, key.as_deref(), &cfg.model, tensors.always_sent())
+    kserve::preflight(&transport, &cfg.base_url, key.as_deref(), &cfg.model, tensors)
         .await
         .map_err(|e| Error::Target(format!("pre-flight: {given}: {e}")))
 }

@@ -443,6 +443,11 @@ fn kserve_grpc_against_the_simulator_as_a_server() {
     let r = Benchmark::new(t).workload(WorkloadSpec::synthetic(8, 5)).requests(4).run_blocking();
     let s = r.unwrap().summary;
     assert_eq!((s.completed, s.total_output_tokens), (4, 20), "{:?}", s.top_errors);
+    // a model of token ids wants token-id prompts: refused before the run without them
+    let mut t = target(Protocol::KserveGrpc, &model);
+    t.protocol_options.kserve_tensors = quetta::protocols::kserve::Tensors::TokenIds;
+    let e = refusal(Benchmark::new(t));
+    assert!(e.contains("takes token ids"), "{e}");
     let e = refusal(Benchmark::new(target(Protocol::KserveGrpc, "llama")));
     assert!(e.contains("model \"llama\" is not ready (ModelReady)"), "{e}");
     let e = refusal(Benchmark::new(target(Protocol::Chat, &model)));

@@ -25,6 +25,7 @@
 pub mod pb;
 mod read;
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -48,6 +49,9 @@ pub const SERVICE: &str = "/inference.GRPCInferenceService";
 /// The ensemble's output of generated text.
 pub const TEXT_OUTPUT: &str = "text_output";
 
+/// The `tensorrt_llm` model's output of generated token ids.
+pub const IDS_OUTPUT: &str = "output_ids";
+
 /// Asks a decoupled model for an empty response flagged final once it is done.
 pub const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
 
@@ -64,6 +68,9 @@ pub enum Tensors {
     /// Triton's vLLM backend (`text_input`, `stream`, `sampling_parameters`,
     /// `exclude_input_in_output`).
     Vllm,
+    /// TensorRT-LLM's `tensorrt_llm` model, which takes and gives token ids (`input_ids`,
+    /// `input_lengths`, `request_output_len`, `streaming`; `output_ids`).
+    TokenIds,
 }
 
 impl Tensors {
@@ -75,14 +82,24 @@ impl Tensors {
             Self::Vllm => {
                 &["text_input", "stream", "sampling_parameters", "exclude_input_in_output"]
             }
+            Self::TokenIds => &["input_ids", "input_lengths", "request_output_len", "streaming"],
         }
     }
 
-    /// `trtllm` or `vllm`.
+    /// The output tensor the answer is read from.
+    pub fn output(self) -> &'static str {
+        match self {
+            Self::TensorRtLlm | Self::Vllm => TEXT_OUTPUT,
+            Self::TokenIds => IDS_OUTPUT,
+        }
+    }
+
+    /// `trtllm`, `vllm` or `ids`.
     pub fn name(self) -> &'static str {
         match self {
             Self::TensorRtLlm => "trtllm",
             Self::Vllm => "vllm",
+            Self::TokenIds => "ids",
         }
     }
 }
@@ -147,6 +164,14 @@ impl KserveGrpc {
         model: &str,
         req: &EngineRequest,
     ) -> Result<ModelInferRequest, EngineError> {
+        let mut r = ModelInferRequest {
+            model_name: model.into(),
+            id: req.request_id.to_string(),
+            ..ModelInferRequest::default()
+        };
+        if self.tensors == Tensors::TokenIds {
+            return Self::token_ids(r, req);
+        }
         let text = match &req.prompt {
             Prompt::TokenIds(_) => {
                 return Err(EngineError::Request(
@@ -154,11 +179,6 @@ impl KserveGrpc {
                 ))
             }
             p => prompt_text(p, "KServe gRPC")?,
-        };
-        let mut r = ModelInferRequest {
-            model_name: model.into(),
-            id: req.request_id.to_string(),
-            ..ModelInferRequest::default()
         };
         tensor(&mut r, "text_input", "BYTES", bytes_element(text.as_bytes()));
         if self.tensors == Tensors::Vllm {
@@ -192,6 +212,47 @@ impl KserveGrpc {
 }
 
 impl KserveGrpc {
+    /// A request to TensorRT-LLM's `tensorrt_llm` model: the prompt's token ids
+    /// (`input_ids`, shape [1, n]) and their count, the length asked for, streaming, and
+    /// `min_tokens` where the length is forced.
+    fn token_ids(
+        mut r: ModelInferRequest,
+        req: &EngineRequest,
+    ) -> Result<ModelInferRequest, EngineError> {
+        let Prompt::TokenIds(ids) = &req.prompt else {
+            return Err(EngineError::Request(
+                "KServe gRPC: the tensorrt_llm model takes token ids (input_ids): give the workload a tokenizer and token-id prompts".into(),
+            ));
+        };
+        let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        let raw: Vec<u8> = ids.iter().flat_map(|&t| i32_le(t)).collect();
+        r.inputs.push(InferTensor {
+            name: "input_ids".into(),
+            datatype: "INT32".into(),
+            shape: vec![1, i64::from(n)],
+            ..InferTensor::default()
+        });
+        r.raw_input_contents.push(raw);
+        tensor(&mut r, "input_lengths", "INT32", i32_le(n));
+        let max = req.max_tokens.ok_or_else(|| {
+            EngineError::Request(
+                "KServe gRPC: the tensorrt_llm model needs an output length (request_output_len)"
+                    .into(),
+            )
+        })?;
+        tensor(&mut r, "request_output_len", "INT32", i32_le(max));
+        tensor(&mut r, "streaming", "BOOL", vec![u8::from(req.stream)]);
+        if let Some(n) = if req.ignore_eos { req.max_tokens } else { req.min_tokens } {
+            tensor(&mut r, "min_tokens", "INT32", i32_le(n));
+        }
+        r.outputs
+            .push(InferRequestedOutputTensor { name: IDS_OUTPUT.into(), ..Default::default() });
+        if req.stream {
+            r.parameters.insert(EMPTY_FINAL.into(), InferParameter::bool(true));
+        }
+        Ok(r)
+    }
+
     /// The rest of a request to Triton's vLLM backend: its sampling parameters as one JSON
     /// string.
     fn vllm(mut r: ModelInferRequest, req: &EngineRequest) -> ModelInferRequest {
@@ -261,7 +322,8 @@ impl Wire for KserveGrpc {
     }
 
     fn decoder(&self, req: &EngineRequest, max_event_bytes: usize) -> Box<dyn BodyDecoder> {
-        Box::new(KserveDecoder::new(req.stream, req.capture_text, max_event_bytes))
+        let d = KserveDecoder::new(req.stream, req.capture_text, max_event_bytes);
+        Box::new(if self.tensors == Tensors::TokenIds { d.token_ids() } else { d })
     }
 
     fn fixed_headers(&self) -> &'static [(&'static str, &'static str)] {
@@ -353,6 +415,9 @@ pub struct KserveDecoder {
     status_ok: bool,
     /// Every message decoded with prost (the check of the reading in place).
     prost_only: bool,
+    /// The answer is token ids (`output_ids`), counted into the usage at the final
+    /// response; `None`: text.
+    ids: Option<u64>,
 }
 
 impl KserveDecoder {
@@ -367,12 +432,21 @@ impl KserveDecoder {
             final_seen: false,
             status_ok: false,
             prost_only: false,
+            ids: None,
         }
+    }
+
+    /// The decoder of an answer in token ids (`output_ids`, INT32): each response's ids
+    /// are a chunk, and their count is the usage's output tokens.
+    #[must_use]
+    pub fn token_ids(mut self) -> Self {
+        self.ids = Some(0);
+        self
     }
 
     /// One message: read in place where it has the usual shape, else with prost.
     fn message(&mut self, m: &[u8], out: &mut dyn FnMut(EventKind)) -> Result<(), EngineError> {
-        let fast = if self.prost_only {
+        let fast = if self.prost_only || self.ids.is_some() {
             None
         } else if self.stream {
             read::stream_reply(m)
@@ -429,6 +503,24 @@ impl KserveDecoder {
                 r.parameters.get(FINAL).and_then(|p| p.parameter_choice.as_ref()),
                 Some(Parameter::BoolParam(true))
             );
+        if let Some(total) = &mut self.ids {
+            let ids = output_ids(&r)?;
+            if let Some(ids) = ids.filter(|i| !i.is_empty()) {
+                *total += ids.len() as u64;
+                let t = ids.iter().fold(String::new(), |mut t, i| {
+                    let _ = write!(t, "{i} ");
+                    t
+                });
+                let mut d = Delta::of(&t, self.capture);
+                d.bytes = u32::try_from(ids.len() * 4).unwrap_or(u32::MAX);
+                out(EventKind::Content(d));
+            }
+            if last {
+                out(EventKind::Usage(quetta_engine::Usage::tokens(None, Some(*total))));
+            }
+            self.final_seen |= last;
+            return Ok(());
+        }
         let text = output_text(&r)?;
         // a response with the output is a chunk of tokens; the empty final one is not
         if let Some(t) = text {
@@ -470,6 +562,27 @@ pub fn check_reader_against_prost(stream: bool, m: &[u8]) {
 }
 
 /// The text of a response's `text_output` (its elements joined), `None` without it.
+/// The token ids of `output_ids` (INT32, raw little-endian or `int_contents`), if the
+/// response has the output.
+fn output_ids(r: &ModelInferResponse) -> Result<Option<Vec<i32>>, EngineError> {
+    let Some(i) = r.outputs.iter().position(|o| o.name == IDS_OUTPUT) else {
+        return Ok(None);
+    };
+    Ok(Some(match (r.raw_output_contents.get(i), &r.outputs[i].contents) {
+        (Some(raw), _) => {
+            if raw.len() % 4 != 0 {
+                return Err(EngineError::Protocol(format!(
+                    "output_ids: {} bytes are no whole number of INT32 ids",
+                    raw.len()
+                )));
+            }
+            raw.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        }
+        (None, Some(c)) => c.int_contents.clone(),
+        (None, None) => Vec::new(),
+    }))
+}
+
 fn output_text(r: &ModelInferResponse) -> Result<Option<String>, EngineError> {
     let Some(i) = r.outputs.iter().position(|o| o.name == TEXT_OUTPUT) else {
         return Ok(None);
@@ -630,14 +743,14 @@ async fn call<R: Message + Default>(
 
 /// The pre-flight check of a KServe server at `base` (`http://` or `https://`), before any
 /// request is measured: it is live,
-/// the model is ready, and the model's metadata lists every tensor the requests send
-/// (`inputs`) and `text_output`; a missing one is refused, named.
+/// the model is ready, and the model's metadata lists every tensor the requests of the
+/// layout send and its output; a missing one is refused, named.
 pub async fn preflight(
     transport: &quetta_http::Transport,
     base: &str,
     key: Option<&str>,
     model: &str,
-    inputs: &[&str],
+    tensors: Tensors,
 ) -> Result<(), PreflightError> {
     let live: pb::ServerLiveResponse =
         call(transport, base, key, "ServerLive", &pb::ServerLiveRequest {}).await?;
@@ -664,8 +777,8 @@ pub async fn preflight(
             None => Ok(()),
         }
     };
-    check("input", &meta.inputs, inputs)?;
-    check("output", &meta.outputs, &[TEXT_OUTPUT])
+    check("input", &meta.inputs, tensors.always_sent())?;
+    check("output", &meta.outputs, &[tensors.output()])
 }
 
 #[cfg(test)]
