@@ -8,6 +8,7 @@ protocol shared by Quetta's client and Quetta's simulator cannot pass both.
 
 Usage: kserve-grpc-server.py [--port N] [--ttft-ms T] [--itl-ms I] [--api-key K] [--log F]
                              [--without-input NAME] [--vllm | --ids]
+                             [--tls-cert PEM --tls-key PEM]
 Prints `listening on PORT` once it serves. With --log, one JSON line per request: its id,
 the monotonic instant its request was read, the instant before each response was handed to
 gRPC (`sends_ns`) and the instant gRPC gave control back once its send had completed
@@ -22,6 +23,7 @@ parameter refused as vLLM refuses it).
 (`input_ids` INT32 [1,n], `input_lengths`, `request_output_len`, `streaming`, optional
 `min_tokens`; `output_ids` out, one INT32 id a response: 1000 + the token's index), and
 refuses a request whose `input_lengths` is not its count of ids.
+--tls-cert and --tls-key serve over TLS (grpcs://) with that certificate chain and key.
 --without-input leaves an input out of the model (its metadata, and the inputs it takes).
 A prompt containing FAIL_AFTER_2 gets two tokens, then a response with `error_message`
 (Triton's way of failing a decoupled request).
@@ -239,6 +241,8 @@ def main():
     p.add_argument("--without-input")
     p.add_argument("--vllm", action="store_true")
     p.add_argument("--ids", action="store_true")
+    p.add_argument("--tls-cert")
+    p.add_argument("--tls-key")
     args = p.parse_args()
     global MODEL
     if args.ids:
@@ -252,7 +256,12 @@ def main():
     INPUTS.pop(args.without_input, None)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Service(args), server)
-    port = server.add_insecure_port(f"127.0.0.1:{args.port}")
+    if args.tls_cert:
+        with open(args.tls_key, "rb") as k, open(args.tls_cert, "rb") as c:
+            creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+        port = server.add_secure_port(f"127.0.0.1:{args.port}", creds)
+    else:
+        port = server.add_insecure_port(f"127.0.0.1:{args.port}")
     server.start()
     print(f"listening on {port}", flush=True)
     server.wait_for_termination()

@@ -251,3 +251,51 @@ fn the_tensorrt_llm_models_token_ids() {
     let err = o.error.expect("refused").to_string();
     assert!(err.contains("takes token ids"), "{err}");
 }
+
+/// `grpcs://`: the grpcio server over TLS with a certificate of a throw-away CA made here.
+/// Trusting the CA (`ca_cert`) the streamed request is answered; without it the handshake
+/// fails as a TLS error; `insecure` goes without it.
+#[test]
+fn grpcs_with_the_servers_ca_and_without() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    let dir = std::env::temp_dir().join(format!("quetta-grpcs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "quetta grpcs test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let leaf_cert = leaf.signed_by(&leaf_key, &rcgen::Issuer::new(ca, ca_key)).unwrap();
+    let (cert, key, ca_pem) = (dir.join("cert.pem"), dir.join("key.pem"), dir.join("ca.pem"));
+    std::fs::write(&cert, leaf_cert.pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+    std::fs::write(&ca_pem, ca_cert.pem()).unwrap();
+    let Some(srv) = KserveServer::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    let rt = rt();
+    let url = format!("grpcs://127.0.0.1:{}", srv.port);
+    let run = |ca: Option<&std::path::Path>, insecure: bool| {
+        let mut cfg = OpenAiConfig::new(url.clone(), Api::Chat, "ensemble");
+        cfg.ca_cert = ca.map(std::path::Path::to_path_buf);
+        cfg.insecure = insecure;
+        let e = quetta_protocols::engine(Protocol::KserveGrpc, cfg, Options::default()).unwrap();
+        rt.block_on(send(e.as_ref(), 1, "tell me", 5, true))
+    };
+    let r = run(Some(&ca_pem), false);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.output_tokens, Some(5));
+    let r = run(None, false);
+    assert_eq!(r.error_kind.as_deref(), Some("tls"), "{:?}", r.error);
+    let r = run(None, true);
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let _ = std::fs::remove_dir_all(&dir);
+}
