@@ -348,7 +348,7 @@ pub struct RunArgs {
     /// sending the whole history (the server stores each response).
     #[arg(help_heading = "Target", long)]
     pub chain_responses: bool,
-    /// --backend kserve-grpc: the model's tensors, TensorRT-LLM's ensemble (text_input,
+    /// The KServe gRPC model's tensors: TensorRT-LLM's ensemble (text_input,
     /// max_tokens, stream…), Triton's vLLM backend (text_input, stream,
     /// sampling_parameters, exclude_input_in_output) or TensorRT-LLM's tensorrt_llm model
     /// (input_ids, input_lengths, request_output_len, streaming; output_ids).
