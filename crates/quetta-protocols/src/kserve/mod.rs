@@ -1003,6 +1003,20 @@ mod tests {
         assert_eq!(r.outputs[0].name, TEXT_OUTPUT);
     }
 
+    /// A parameter's double given in 32 bits: prost refuses the message, so the reading in
+    /// place must leave it to prost (the fuzz target's `double-param-32-bit`).
+    #[test]
+    fn a_double_parameter_in_32_bits_is_left_to_prost() {
+        let param = [37u8, 0, 0, 0, 0]; // double_param (4) with wire type 5
+        let mut entry = vec![0x0a, 1, b'x', 0x12, param.len() as u8];
+        entry.extend(param);
+        let mut m = vec![34u8, entry.len() as u8]; // parameters (4)
+        m.extend(&entry);
+        assert!(ModelInferResponse::decode(m.as_slice()).is_err());
+        assert!(read::unary_reply(&m).is_none());
+        check_reader_against_prost(false, &m);
+    }
+
     #[test]
     fn the_request_is_the_ensembles() {
         let mut req = EngineRequest::new(9, Prompt::Text("hi".into()));

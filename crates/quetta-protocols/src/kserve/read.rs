@@ -21,7 +21,10 @@ pub const MAX_RAW: usize = 8;
 enum Value<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
-    Fixed,
+    /// A 64-bit fixed-width value (wire type 1).
+    Fixed64,
+    /// A 32-bit fixed-width value (wire type 5).
+    Fixed32,
 }
 
 fn varint(buf: &mut &[u8]) -> Option<u64> {
@@ -50,11 +53,11 @@ fn fields<'a>(mut buf: &'a [u8], mut each: impl FnMut(u64, Value<'a>) -> Option<
             0 => Value::Varint(varint(&mut buf)?),
             1 => {
                 buf = buf.get(8..)?;
-                Value::Fixed
+                Value::Fixed64
             }
             5 => {
                 buf = buf.get(4..)?;
-                Value::Fixed
+                Value::Fixed32
             }
             2 => {
                 let n = usize::try_from(varint(&mut buf)?).ok()?;
@@ -94,7 +97,8 @@ fn param_true(buf: &[u8]) -> Option<bool> {
     fields(buf, |t, v| {
         match (t, v) {
             (1, Value::Varint(b)) => is = b != 0,
-            (2 | 5, Value::Varint(_)) | (4, Value::Fixed) => is = false,
+            // (double_param is a double: 64 bits on the wire, never 32)
+            (2 | 5, Value::Varint(_)) | (4, Value::Fixed64) => is = false,
             (3, Value::Bytes(s)) => {
                 utf8(s)?;
                 is = false;
