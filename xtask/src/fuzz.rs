@@ -1,9 +1,10 @@
 //! `cargo xtask fuzz [--minutes N] [--jobs J] [TARGET ...]`: seed every corpus from the
 //! fixtures, build the targets of `fuzz/` with cargo-fuzz (debug assertions and overflow
-//! checks on), run each for N minutes (J at a time), minimise its corpus, and print a table
-//! of target, minutes, executions, coverage and crashes (also written to
-//! target/xtask/fuzz.md). `cargo xtask fuzz --seed` only seeds. The corpora are replayed
-//! without fuzzing by `cargo test -p quetta-fuzz`, which CI runs.
+//! checks on), run each for N minutes (J at a time), cut its corpus to what is kept in git
+//! (the seeds and the [`KEEP`] inputs covering the most edges), and print a table of target,
+//! minutes, executions, coverage and crashes (also written to target/xtask/fuzz.md).
+//! `cargo xtask fuzz --seed` only seeds; `cargo xtask fuzz --cut` only builds and cuts. The
+//! corpora are replayed without fuzzing by `cargo test -p quetta-fuzz`, which CI runs.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -43,16 +44,19 @@ struct Opts {
     jobs: usize,
     targets: Vec<String>,
     seed_only: bool,
+    cut_only: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
-    let mut o = Opts { minutes: 10.0, jobs: 2, targets: Vec::new(), seed_only: false };
+    let mut o =
+        Opts { minutes: 10.0, jobs: 2, targets: Vec::new(), seed_only: false, cut_only: false };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--minutes" => o.minutes = it.next().context("--minutes N")?.parse()?,
             "--jobs" => o.jobs = it.next().context("--jobs J")?.parse()?,
             "--seed" => o.seed_only = true,
+            "--cut" => o.cut_only = true,
             t if TARGETS.contains(&t) => o.targets.push(t.to_owned()),
             other => bail!("unknown argument {other:?}; targets: {}", TARGETS.join(", ")),
         }
@@ -88,6 +92,9 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     let logs = root().join("target/xtask/fuzz");
     std::fs::create_dir_all(&logs)?;
+    if o.cut_only {
+        return cut_all(&dir, &o.targets);
+    }
     let mut rows = Vec::new();
     for batch in o.targets.chunks(o.jobs) {
         let runs: Vec<(String, Child, usize, Instant)> = batch
@@ -113,16 +120,7 @@ pub fn main(args: &[String]) -> Result<()> {
             rows.push(row);
         }
     }
-    for t in &o.targets {
-        let st = fuzz_cmd(&dir)
-            .args(["cmin", "--debug-assertions", t])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        if !st.success() {
-            eprintln!("warning: cargo fuzz cmin {t} failed; its corpus is left as it is");
-        }
-    }
+    cut_all(&dir, &o.targets)?;
     let table = table(&rows);
     println!("{table}");
     std::fs::write(root().join("target/xtask/fuzz.md"), &table)?;
@@ -130,6 +128,91 @@ pub fn main(args: &[String]) -> Result<()> {
         bail!("a target crashed: see fuzz/artifacts/ and target/xtask/fuzz/*.log");
     }
     Ok(())
+}
+
+/// How many inputs besides the seeds a corpus keeps in git.
+const KEEP: usize = 100;
+
+fn cut_all(dir: &Path, targets: &[String]) -> Result<()> {
+    for t in targets {
+        let (kept, covered, all) = cut(dir, t, KEEP)?;
+        println!("{t}: kept {kept} inputs besides the seeds, covering {covered} of {all} edges");
+    }
+    Ok(())
+}
+
+/// Cuts a target's corpus to its seeds and the `keep` inputs that cover the most edges: a
+/// greedy set cover over libFuzzer's per-input edge coverage (`-merge=1 -use_counters=0
+/// -merge_control_file`). Returns (inputs kept, edges they cover, edges of the corpus).
+fn cut(dir: &Path, target: &str, keep: usize) -> Result<(usize, usize, usize)> {
+    let bin = dir.join("target/x86_64-unknown-linux-gnu/release").join(target);
+    let corpus = dir.join("corpus").join(target);
+    let work = root().join("target/xtask/fuzz-cut").join(target);
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("empty"))?;
+    let control = work.join("control");
+    let st = Command::new(&bin)
+        .args(["-merge=1", "-use_counters=0", "-rss_limit_mb=4096"])
+        .arg(format!("-merge_control_file={}", control.display()))
+        .arg(work.join("empty"))
+        .arg(&corpus)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .with_context(|| format!("{}", bin.display()))?;
+    if !st.success() {
+        bail!("{target}: the coverage merge failed; its corpus is left as it is");
+    }
+    let text = std::fs::read_to_string(&control)?;
+    let (files, mut cover) = parse_control(&text)?;
+    let all: std::collections::HashSet<u32> = cover.values().flatten().copied().collect();
+    let size = |i: usize| std::fs::metadata(&files[i]).map_or(u64::MAX, |m| m.len());
+    let is_seed =
+        |p: &Path| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("seed-"));
+    let (mut chosen, mut have) =
+        (std::collections::HashSet::new(), std::collections::HashSet::new());
+    // the seeds are kept whatever they cover: the cover starts from their edges
+    for i in (0..files.len()).filter(|i| is_seed(&files[*i])) {
+        have.extend(cover.remove(&i).unwrap_or_default());
+    }
+    while chosen.len() < keep {
+        let best = cover
+            .iter()
+            .map(|(i, c)| {
+                (c.iter().filter(|e| !have.contains(*e)).count(), std::cmp::Reverse(size(*i)), *i)
+            })
+            .max();
+        let Some((_, _, i)) = best.filter(|b| b.0 > 0) else { break };
+        have.extend(cover.remove(&i).unwrap_or_default());
+        chosen.insert(files[i].clone());
+    }
+    for e in std::fs::read_dir(&corpus)? {
+        let p = e?.path();
+        if !is_seed(&p) && !chosen.contains(&p) {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    Ok((chosen.len(), have.len(), all.len()))
+}
+
+/// Each input's edges, by its index in the control file.
+type Cover = std::collections::HashMap<usize, Vec<u32>>;
+
+/// A merge control file: the input files, then `COV i edge...` lines of each input.
+fn parse_control(text: &str) -> Result<(Vec<PathBuf>, Cover)> {
+    let mut lines = text.lines();
+    let n: usize = lines.next().context("empty control file")?.trim().parse()?;
+    lines.next();
+    let files: Vec<PathBuf> = lines.by_ref().take(n).map(PathBuf::from).collect();
+    let mut cover = std::collections::HashMap::new();
+    for l in lines {
+        let mut f = l.split_whitespace();
+        if f.next() == Some("COV") {
+            let i: usize = f.next().context("COV without an index")?.parse()?;
+            cover.insert(i, f.map(str::parse).collect::<Result<Vec<u32>, _>>()?);
+        }
+    }
+    Ok((files, cover))
 }
 
 fn fuzz_cmd(dir: &Path) -> Command {
