@@ -525,6 +525,12 @@ impl Target {
         };
         if self.preflight && !embedded {
             preflight_request(engine.as_ref(), base_url, self.protocol, &self.headers).await?;
+        } else if embedded {
+            // the simulator is Quetta's own: its answers only teach the transport its habit
+            let req = preflight_req(self.protocol, &self.headers);
+            if let Some(req) = req {
+                learn_habit(engine.as_ref(), base_url, req).await.ok();
+            }
         }
         Ok(Connected {
             backend: engine.name().to_owned(),
@@ -754,9 +760,17 @@ async fn preflight_request(
     protocol: Protocol,
     headers: &[(String, String)],
 ) -> Result<()> {
-    if protocol.kind() == quetta_engine::RequestKind::Transcribe {
+    match preflight_req(protocol, headers) {
+        Some(req) => learn_habit(engine, base_url, req).await,
         // its cheapest valid call uploads a recording: the model list was the check
-        return Ok(());
+        None => Ok(()),
+    }
+}
+
+/// The pre-flight's one-token request (`None` for transcription).
+fn preflight_req(protocol: Protocol, headers: &[(String, String)]) -> Option<EngineRequest> {
+    if protocol.kind() == quetta_engine::RequestKind::Transcribe {
+        return None;
     }
     let prompt = if protocol.kind() == quetta_engine::RequestKind::Rank {
         Prompt::Rank { query: "Hi".into(), documents: vec!["Hi".into()] }
@@ -769,6 +783,25 @@ async fn preflight_request(
     // (OpenAI's Responses API refuses fewer than 16 output tokens)
     req.max_tokens = Some(if protocol == Protocol::Responses { 16 } else { 1 });
     req.params = Arc::new(RequestParams { extra_headers: headers.to_vec(), ..Default::default() });
+    Some(req)
+}
+
+/// Send `req` twice, a moment apart: the second goes over the first's connection when the
+/// server keeps it after a streamed answer, or over a new one when the server closed it
+/// (llama.cpp), so the transport knows the server's habit before anything is measured and
+/// never makes a measured request wait on a connection's first reuse to learn it.
+async fn learn_habit(engine: &dyn Engine, base_url: &str, req: EngineRequest) -> Result<()> {
+    one_preflight(engine, base_url, req.clone()).await?;
+    // long enough for the connection to go back to the pool (or for a closing server's
+    // end of stream to arrive); should it not, the habit is learnt on the first reuse
+    tokio::time::sleep(HABIT_PAUSE).await;
+    one_preflight(engine, base_url, req).await
+}
+
+/// The pause between the pre-flight's two requests.
+const HABIT_PAUSE: Duration = Duration::from_millis(50);
+
+async fn one_preflight(engine: &dyn Engine, base_url: &str, req: EngineRequest) -> Result<()> {
     let now = std::time::Instant::now();
     let run = quetta_loadgen::execute(engine, req, 1, now, now, now);
     let o = tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await.map_err(|_| {
@@ -778,13 +811,7 @@ async fn preflight_request(
         ))
     })?;
     match &o.error {
-        None => {
-            // Give a server that closes its connection right after a streamed answer
-            // (llama.cpp) the moment to do so, so the transport learns that before the
-            // measured requests and never writes one onto the closing connection.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            Ok(())
-        }
+        None => Ok(()),
         Some(e) => Err(Error::Target(format!(
             "pre-flight: a one-token request to {base_url} failed: {} (give --no-preflight to skip the check)",
             preflight_reason(e)
