@@ -10,8 +10,29 @@ use quetta_metrics::SloSet;
 use quetta_workload::arrival::{Arrival, Schedule};
 use quetta_workload::PlannedRequest;
 
-use crate::runner::{BeforeMeasured, RunError};
+use crate::error::RunError;
 use crate::shard::Shard;
+
+/// The future a [`BeforeMeasured`] hook returns.
+pub type HookFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
+/// An action run once between the warmup and the measured phase (e.g. resetting the
+/// server's prefix cache); its error stops the run.
+#[derive(Clone)]
+pub struct BeforeMeasured(pub Arc<dyn Fn() -> HookFuture + Send + Sync>);
+
+impl std::fmt::Debug for BeforeMeasured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeMeasured(..)")
+    }
+}
+
+impl BeforeMeasured {
+    pub(crate) async fn call(&self) -> Result<(), RunError> {
+        (self.0)().await.map_err(RunError::BeforeMeasured)
+    }
+}
 
 /// How load is applied.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,22 +50,28 @@
 //! ```
 
 mod config;
+mod control;
+mod error;
+mod outcome;
 pub mod policy;
 mod recorder;
 mod runner;
 mod sessions;
 mod shard;
+mod shared;
 mod timeouts;
 mod timer;
 pub mod usage;
 mod worker;
 
+pub use config::{BeforeMeasured, HookFuture};
 pub use config::{Load, RunConfig};
+pub use control::{Progress, RunControl};
+pub use error::RunError;
+pub use outcome::{RunOutcome, SessionCounts};
 pub use recorder::{JsonlSink, Observer, RecordSink};
-pub use runner::{
-    BeforeMeasured, HookFuture, Progress, RunControl, RunError, RunOutcome, Runner, Work,
-};
-pub use sessions::{History, Pacing, SessionConfig, SessionCounts, ThinkTime};
+pub use runner::{Runner, Work};
+pub use sessions::{History, Pacing, SessionConfig, ThinkTime};
 pub use shard::Shard;
 pub use timeouts::WithTimeouts;
 pub use worker::{execute, observe, Tail};

@@ -22,7 +22,9 @@ use rand_chacha::ChaCha8Rng;
 use tokio::sync::Semaphore;
 
 use crate::config::{arrival_offsets, RunConfig};
-use crate::runner::{attempt, sleep_until, Done, Measured, RunError, RunOutcome, Shared};
+use crate::error::RunError;
+use crate::outcome::{RunOutcome, SessionCounts};
+use crate::shared::{attempt, sleep_until, Done, Measured, Shared};
 use crate::timer::Timer;
 use crate::worker::{begin, Guard};
 use crate::{Observer, RecordSink};
@@ -165,20 +167,6 @@ impl SessionConfig {
             num_sessions: None,
         }
     }
-}
-
-/// How the sessions of a run ended.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionCounts {
-    pub started: u64,
-    /// Every turn completed.
-    pub completed: u64,
-    /// A turn failed, which ended the session.
-    pub failed: u64,
-    /// Stopped early: the duration or request limit was reached, or the run was stopped.
-    pub truncated: u64,
-    /// Turns sent (measured requests).
-    pub turns: u64,
 }
 
 #[derive(Default)]

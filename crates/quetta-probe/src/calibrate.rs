@@ -27,9 +27,9 @@
 use std::time::Instant;
 
 use quetta_sim::model::{FitQuality, Fits, ServerModel, StepTime, SERVER_MODEL_VERSION};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+pub use crate::meta::{CalibrateOptions, GatherPair};
 use crate::meta::{CalibrateSummary, Findings};
 use crate::probes::{
     f, join_all, lstsq, median, mix, r_squared, ttft_ms, words, ProbeContext, ProbeError,
@@ -38,41 +38,6 @@ use crate::probes::{
 
 /// The least R² a fit must reach for the model to be written.
 pub const MIN_R2: f64 = 0.9;
-
-/// What `calibrate` probes (the `parameters` of calibrate.meta.json).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CalibrateOptions {
-    /// The longest prompt + output one sequence may hold (the server's context per slot).
-    pub max_context: u32,
-    /// Prompt lengths (words) of the prefill probe.
-    pub prefill_lengths: Vec<u32>,
-    /// Requests of each prompt length, and rounds of the decode grid at least; the fits take
-    /// each length's and each grid point's median (three: one slow request does not pull it).
-    pub repeats: u32,
-    /// Context lengths (words) of the decode probe.
-    pub decode_contexts: Vec<u32>,
-    pub decode_tokens: u32,
-    /// Requests sent at once to find the batch slots.
-    pub seqs_probe: u32,
-    /// Tokens one step may carry (llama.cpp `n_batch`, vLLM `max_num_batched_tokens`).
-    pub max_batch_tokens: u32,
-    pub block_tokens: u32,
-}
-
-impl Default for CalibrateOptions {
-    fn default() -> Self {
-        Self {
-            max_context: 2048,
-            prefill_lengths: vec![32, 256, 512, 1024],
-            repeats: 2,
-            decode_contexts: vec![32, 256, 1024],
-            decode_tokens: 32,
-            seqs_probe: 16,
-            max_batch_tokens: 2048,
-            block_tokens: 16,
-        }
-    }
-}
 
 /// A fitted model and the measurements behind it.
 #[derive(Debug, Clone)]
@@ -233,16 +198,6 @@ async fn prefix(
 
 /// Delays (ms) between the two prompts of the gather probe.
 pub const GATHER_DELAYS_MS: [u64; 4] = [0, 10, 25, 50];
-
-/// One pair of the gather probe.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct GatherPair {
-    pub delay_ms: u64,
-    /// The second prompt's first token after the first's, ms.
-    pub apart_ms: f64,
-    /// Whether they came from one step (within a quarter of the first's TTFT).
-    pub shared: bool,
-}
 
 /// Pairs of the gather probe at each delay.
 pub const GATHER_REPEATS: u64 = 3;

@@ -8,7 +8,8 @@
 //! - [`probes`]: live-server probes over the engine trait (TTFT against new and cached
 //!   tokens, decode grid, herd, KV capacity, stage split), each writing a CSV and a
 //!   `meta.json` sidecar.
-//! - [`meta`]: the typed `<probe>.meta.json` (every probe's parameters and summary).
+//! - [`meta`]: the typed `<probe>.meta.json` (every probe's parameters and summary); it
+//!   imports no other module of the crate.
 //! - [`calibrate`]: the probes and fits behind a twin's server model (`quetta-sim --server-model`).
 //! - [`recheck`]: a calibrated model against its server now, rescaled to the server's
 //!   present speed.

@@ -8,11 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use quetta_sim::model::StepTime;
+use quetta_sim::model::{ServerModel, StepTime};
 use serde::{Deserialize, Serialize};
-
-use crate::calibrate::{CalibrateOptions, GatherPair};
-use crate::recheck::RecheckOptions;
 
 /// The meta.json schema version.
 pub const META_SCHEMA_VERSION: u32 = 1;
@@ -249,6 +246,78 @@ pub struct RecheckSummary {
     pub prefill_range: (f64, f64),
     pub decode_range: (f64, f64),
     pub warnings: Vec<String>,
+}
+
+/// What `calibrate` probes (the `parameters` of calibrate.meta.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalibrateOptions {
+    /// The longest prompt + output one sequence may hold (the server's context per slot).
+    pub max_context: u32,
+    /// Prompt lengths (words) of the prefill probe.
+    pub prefill_lengths: Vec<u32>,
+    /// Requests of each prompt length, and rounds of the decode grid at least; the fits take
+    /// each length's and each grid point's median (three: one slow request does not pull it).
+    pub repeats: u32,
+    /// Context lengths (words) of the decode probe.
+    pub decode_contexts: Vec<u32>,
+    pub decode_tokens: u32,
+    /// Requests sent at once to find the batch slots.
+    pub seqs_probe: u32,
+    /// Tokens one step may carry (llama.cpp `n_batch`, vLLM `max_num_batched_tokens`).
+    pub max_batch_tokens: u32,
+    pub block_tokens: u32,
+}
+
+impl Default for CalibrateOptions {
+    fn default() -> Self {
+        Self {
+            max_context: 2048,
+            prefill_lengths: vec![32, 256, 512, 1024],
+            repeats: 2,
+            decode_contexts: vec![32, 256, 1024],
+            decode_tokens: 32,
+            seqs_probe: 16,
+            max_batch_tokens: 2048,
+            block_tokens: 16,
+        }
+    }
+}
+
+/// One pair of the gather probe.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GatherPair {
+    pub delay_ms: u64,
+    /// The second prompt's first token after the first's, ms.
+    pub apart_ms: f64,
+    /// Whether they came from one step (within a quarter of the first's TTFT).
+    pub shared: bool,
+}
+
+/// What `recheck` sends (the `parameters` of recheck.meta.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecheckOptions {
+    /// Requests, one after another.
+    pub requests: u32,
+    /// Prompt lengths (words), taken in turn.
+    pub prompt_words: Vec<u32>,
+    /// Tokens each request generates.
+    pub decode_tokens: u32,
+}
+
+impl Default for RecheckOptions {
+    fn default() -> Self {
+        Self { requests: 6, prompt_words: vec![128, 512], decode_tokens: 32 }
+    }
+}
+
+impl RecheckOptions {
+    /// The defaults for rechecking `model`: its requests decode as many tokens as the
+    /// calibration's decode probe did (`decode_probe_tokens`, where the file says), since a
+    /// request's first gaps are its slowest and another length biases the decode factor.
+    pub fn for_model(model: &ServerModel) -> Self {
+        let d = Self::default();
+        Self { decode_tokens: model.decode_probe_tokens.unwrap_or(d.decode_tokens), ..d }
+    }
 }
 
 #[cfg(test)]

@@ -33,37 +33,10 @@ use std::time::Instant;
 
 use quetta_metrics::RequestRecord;
 use quetta_sim::model::ServerModel;
-use serde::{Deserialize, Serialize};
 
+pub use crate::meta::RecheckOptions;
 use crate::meta::{Findings, RecheckSummary};
 use crate::probes::{f, median, mix, ols, words, ProbeContext, ProbeError, ProbeOutput};
-
-/// What `recheck` sends (the `parameters` of recheck.meta.json).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecheckOptions {
-    /// Requests, one after another.
-    pub requests: u32,
-    /// Prompt lengths (words), taken in turn.
-    pub prompt_words: Vec<u32>,
-    /// Tokens each request generates.
-    pub decode_tokens: u32,
-}
-
-impl Default for RecheckOptions {
-    fn default() -> Self {
-        Self { requests: 6, prompt_words: vec![128, 512], decode_tokens: 32 }
-    }
-}
-
-impl RecheckOptions {
-    /// The defaults for rechecking `model`: its requests decode as many tokens as the
-    /// calibration's decode probe did (`decode_probe_tokens`, where the file says), since a
-    /// request's first gaps are its slowest and another length biases the decode factor.
-    pub fn for_model(model: &ServerModel) -> Self {
-        let d = Self::default();
-        Self { decode_tokens: model.decode_probe_tokens.unwrap_or(d.decode_tokens), ..d }
-    }
-}
 
 /// Ratios of the model's error at two prompt lengths further apart than this (the higher
 /// over the lower median, less one) make a shape warning.

@@ -23,6 +23,7 @@
 //! The simulator runs on its own thread and tokio runtime, so it does not share a
 //! scheduler with the client under test: [`Simulator::start`].
 
+mod answer;
 mod audio;
 pub mod cache;
 mod dialect;
@@ -35,6 +36,7 @@ mod pooling;
 mod precise;
 pub mod providers;
 mod server;
+mod stream;
 mod twin;
 
 use std::fs::File;

@@ -165,18 +165,18 @@ pub(crate) async fn handle(
     sh: Arc<Shared>,
     pool: Pool,
     handled: Instant,
-) -> Result<Response<crate::server::Body>, std::io::Error> {
+) -> Result<Response<crate::answer::Body>, std::io::Error> {
     let seq = sh.seq.fetch_add(1, Ordering::Relaxed);
     sh.metrics.on_start();
-    let mut rec = crate::server::new_record(seq, &req, handled);
-    let (version, stamps) = crate::server::conn_of(&req);
+    let mut rec = crate::answer::new_record(seq, &req, handled);
+    let (version, stamps) = crate::answer::conn_of(&req);
     let header_check = Dialect::Chat.check_headers(req.headers(), sh.cfg.api_key.as_deref());
     let body = Limited::new(req.into_body(), 64 << 20).collect().await;
-    let arrival = crate::server::request_arrival(version, stamps.as_ref(), handled);
+    let arrival = crate::answer::request_arrival(version, stamps.as_ref(), handled);
     rec.arrival = arrival;
     rec.headers_sent = arrival;
     rec.end = arrival;
-    let refuse = |rec, r: &Refusal| Ok(crate::server::refuse(&sh, rec, Dialect::Chat, r));
+    let refuse = |rec, r: &Refusal| Ok(crate::answer::refuse(&sh, rec, Dialect::Chat, r));
     let body = match body {
         Ok(b) => b.to_bytes(),
         Err(e) => return refuse(rec, &bad_request(format!("cannot read request body: {e}"))),
@@ -223,5 +223,5 @@ pub(crate) async fn handle(
     rec.end = now;
     drop(slot);
     sh.finish(rec);
-    Ok(crate::server::full(StatusCode::OK, "application/json", text))
+    Ok(crate::answer::full(StatusCode::OK, "application/json", text))
 }

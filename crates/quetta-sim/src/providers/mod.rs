@@ -208,7 +208,7 @@ impl ProviderFake {
             .spawn(move || {
                 rt.block_on(async move {
                     let Ok(listener) = tokio::net::TcpListener::from_std(l) else { return };
-                    crate::server::accept_loop(listener, rx, move |req| handle(req, sh2.clone()))
+                    crate::answer::accept_loop(listener, rx, move |req| handle(req, sh2.clone()))
                         .await;
                 });
             })
