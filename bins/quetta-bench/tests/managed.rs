@@ -408,9 +408,9 @@ const BEDROCK_MODEL: [&str; 2] = ["--model", "eu.anthropic.claude-3-7-sonnet-202
 /// the service's own latency beside the client's.
 #[test]
 fn bedrock_throttling_is_counted_and_said_even_when_retried() {
-    // every 5th signed request over the quota (the pre-flight is the first)
+    // every 6th signed request over the quota (the pre-flight's two are the first)
     let fake = aws_fake("AKIDQUETTACLI", "eu-west-1", |c| {
-        c.throttle_every = Some(5);
+        c.throttle_every = Some(6);
         c.ttft = Duration::from_millis(20);
         c.itl = Duration::from_millis(2);
     });
@@ -430,7 +430,7 @@ fn bedrock_throttling_is_counted_and_said_even_when_retried() {
     assert!(oa.status.success(), "{}", text(&oa));
     let s = summary(&a);
     assert_eq!(s["target"]["backend"], "bedrock-converse");
-    // requests 2..=9 of the fake's count: the 5th is throttled, no other
+    // requests 3..=10 of the fake's count: the 6th is throttled, no other
     assert_eq!(
         (s["completed"].as_u64(), s["failed"].as_u64()),
         (Some(7), Some(1)),
@@ -448,7 +448,7 @@ fn bedrock_throttling_is_counted_and_said_even_when_retried() {
     let recs = std::fs::read_to_string(a.join("requests.jsonl")).unwrap();
     assert_eq!(recs.matches("\"server_e2e_ms\":42.0").count(), 7);
     assert_eq!(recs.matches("\"error_kind\":\"throttled\"").count(), 1);
-    // retried: the throttled attempts (the fake's 10th and 15th) are said, not hidden
+    // retried: the throttled attempts (the fake's 12th and 18th) are said, not hidden
     let ar = d.join("runs/retried");
     let args = ["run", "--no-preflight", "--retries", "2", "--retry-backoff", "10ms"];
     let o = cmd(&[
