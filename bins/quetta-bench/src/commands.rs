@@ -103,14 +103,11 @@ impl Display {
     }
 
     /// A new step of a sweep or search: its label prefixes the bar, its rate counts anew.
-    fn step(&self, line: &str) {
+    fn step(&self, step: &quetta::Step) {
         if let Ok(mut g) = self.prefix.lock() {
-            *g = (
-                format!("{} ", line.trim_start_matches("sweep ").split(':').next().unwrap_or("")),
-                Instant::now(),
-            );
+            *g = (format!("{} ", step.short()), Instant::now());
         }
-        self.println(line);
+        self.println(&step.to_string());
     }
 
     fn println(&self, line: &str) {
@@ -334,7 +331,7 @@ fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
 /// The step callback of a sweep or search: the step's line, and the bar's new prefix.
 fn say(d: &Arc<Display>) -> quetta::OnStep {
     let d = d.clone();
-    Arc::new(move |line: &str| d.step(line))
+    Arc::new(move |s: &quetta::Step| d.step(s))
 }
 
 pub fn sweep(a: SweepArgs) -> Result<ExitCode> {

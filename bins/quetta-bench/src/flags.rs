@@ -1162,7 +1162,9 @@ impl RunArgs {
                     .unwrap_or_default()
             );
         }
-        let mut b = Benchmark::new(self.target()?).workload(self.workload());
+        let mut b = Benchmark::new(self.target()?)
+            .workload(self.workload())
+            .tool(quetta::Tool::new("quetta-bench", env!("CARGO_PKG_VERSION")));
         b.load = self.load()?;
         b.requests = self.requests();
         if self.dataset_name == Some(DatasetName::RandomRerank)

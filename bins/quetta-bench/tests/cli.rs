@@ -40,6 +40,8 @@ fn first_command_runs_against_the_embedded_simulator() {
     assert_eq!(s["completed"], 40);
     assert_eq!(s["failed"], 0);
     assert_eq!(s["dispatched"], 40);
+    // the binary names itself as the tool that wrote the run
+    assert_eq!((&s["tool"], &s["tool_version"]), (&"quetta-bench".into(), &env!("CARGO_PKG_VERSION").into()));
     assert_eq!(s["token_count_source"], "usage");
     assert_eq!(s["total_output_tokens"], 40 * 128);
     // embedded simulator: TTFT 20 ms, ITL 5 ms
@@ -310,6 +312,7 @@ fn killed_run_is_rebuilt_by_report_from_every_written_record() {
     let s = summary(&d);
     assert!(schema().is_valid(&s), "rebuilt summary follows the schema");
     assert_eq!(s["partial"], true);
+    assert_eq!(s["tool"], "quetta-bench", "the rebuilt summary names the tool that ran");
     assert_eq!(
         s["completed"].as_u64().unwrap() + s["failed"].as_u64().unwrap(),
         complete,

@@ -201,6 +201,8 @@ async fn context(c: &Common) -> Result<ProbeContext> {
                 .unwrap_or_else(|| format!("{}/metrics", c.base_url.trim_end_matches('/'))),
         ),
         seed: c.seed,
+        tool: "quetta-probe".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
     })
 }
 

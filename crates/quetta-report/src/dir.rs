@@ -53,9 +53,42 @@ pub struct RunManifest {
     pub shard: Option<crate::summary::ShardRun>,
 }
 
+/// The program that wrote a run: `tool` and `tool_version` of `run.json` and
+/// `summary.json`, given by whoever runs the benchmark (`quetta-bench`, or an embedder's own
+/// program; [`Tool::library`] when it names none).
+///
+/// ```
+/// let t = quetta_report::Tool::new("my-harness", "2.1.0");
+/// assert_eq!((t.name.as_str(), t.version.as_str()), ("my-harness", "2.1.0"));
+/// assert_eq!(quetta_report::Tool::default().name, "quetta");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+impl Tool {
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self { name: name.into(), version: version.into() }
+    }
+
+    /// The Quetta library itself, at this version.
+    pub fn library() -> Self {
+        Self::new("quetta", env!("CARGO_PKG_VERSION"))
+    }
+}
+
+impl Default for Tool {
+    fn default() -> Self {
+        Self::library()
+    }
+}
+
 impl RunManifest {
-    /// A manifest stamped now by this version of Quetta.
+    /// A manifest stamped now by `tool`.
     pub fn new(
+        tool: &Tool,
         config: RunSettings,
         target: Target,
         slo: Option<String>,
@@ -63,8 +96,8 @@ impl RunManifest {
     ) -> Self {
         Self {
             schema_version: SCHEMA_VERSION,
-            tool: "quetta-bench".into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
+            tool: tool.name.clone(),
+            tool_version: tool.version.clone(),
             started_at: crate::now_rfc3339(),
             config,
             target,
@@ -335,16 +368,21 @@ impl RunDir {
         let percentiles = m.as_ref().map(|m| m.percentiles.clone()).unwrap_or_default();
         let metrics = agg.summary(&percentiles);
         let m_shard = m.as_ref().and_then(|m| m.shard.clone());
-        let (config, target, started_at) = match m {
-            Some(m) => (m.config, m.target, m.started_at),
-            None => (RunSettings::default(), Target::unknown(), "1970-01-01T00:00:00Z".into()),
+        let (config, target, started_at, tool) = match m {
+            Some(m) => (m.config, m.target, m.started_at, Tool::new(m.tool, m.tool_version)),
+            None => (
+                RunSettings::default(),
+                Target::unknown(),
+                "1970-01-01T00:00:00Z".into(),
+                Tool::library(),
+            ),
         };
         let second = series.finish();
         self.write_series(&second)?;
         let s = Summary {
             schema_version: SCHEMA_VERSION,
-            tool: "quetta-bench".into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
+            tool: tool.name,
+            tool_version: tool.version,
             started_at,
             partial: true,
             planned: config.num_requests,

@@ -27,7 +27,9 @@ pub use compare::{
     compare, compare_sides, CompareOptions, CompareReport, CompareSide, MetricComparison,
     COMPARE_SAMPLE,
 };
-pub use dir::{files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest};
+pub use dir::{
+    files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest, Tool,
+};
 pub use merge::{merge, MergeOptions};
 pub use summary::{
     error_lines, failed_label, metric_table, partial_label, render_summary, turn_table,

@@ -367,8 +367,8 @@ impl Fold {
             });
         let s = Summary {
             schema_version: crate::SCHEMA_VERSION,
-            tool: "quetta-bench".into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
+            tool: m.tool.clone(),
+            tool_version: m.tool_version.clone(),
             started_at: earliest(parts),
             partial,
             planned: planned.or(m.config.num_requests),

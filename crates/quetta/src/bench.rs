@@ -12,7 +12,7 @@ use quetta_loadgen::{
 };
 use quetta_metrics::series::Second;
 use quetta_metrics::SloSet;
-use quetta_report::{RunDir, RunManifest, Summary};
+use quetta_report::{RunDir, RunManifest, Summary, Tool};
 use quetta_workload::spec::{Built, BuiltWork, Limits, WorkloadSpec};
 
 use crate::target::{Connected, Target};
@@ -152,6 +152,9 @@ pub struct Benchmark {
     pub control: Arc<RunControl>,
     /// Run one shard of a plan split across processes (`--shard K/N`).
     pub sharding: Option<crate::shard::Sharding>,
+    /// The program running the benchmark, named in `run.json` and `summary.json`
+    /// (default: the Quetta library itself).
+    pub tool: Tool,
 }
 
 /// What a benchmark produced: the typed summary (field names as in `summary.json`), the
@@ -218,7 +221,14 @@ impl Benchmark {
             metadata: BTreeMap::new(),
             control: RunControl::new(),
             sharding: None,
+            tool: Tool::library(),
         }
+    }
+
+    /// Name the program running the benchmark in the files it writes.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tool = tool;
+        self
     }
 
     pub fn workload(mut self, w: WorkloadSpec) -> Self {
@@ -497,6 +507,7 @@ impl Benchmark {
             _ => None,
         };
         let mut manifest = RunManifest::new(
+            &self.tool,
             settings.clone(),
             target.clone(),
             self.slos.as_ref().map(ToString::to_string),

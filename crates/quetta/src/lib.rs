@@ -59,7 +59,7 @@ pub use plan::{LengthStats, Plan, SessionPlan};
 pub use protocol_cost::{ProtocolCost, ProtocolCostReport};
 pub use quetta_engine::RequestKind;
 pub use shard::Sharding;
-pub use sweep::{OnStep, SearchOver, SloSearch, Steps, Sweep};
+pub use sweep::{OnStep, SearchOver, SloSearch, Step, Steps, Sweep};
 pub use target::{Connected, Protocol, ProtocolOptions, Target, TargetKind};
 
 pub use quetta_engine as engine;
@@ -74,7 +74,7 @@ pub use quetta_loadgen::{History, Progress, RunControl, Shard, ThinkTime};
 pub use quetta_metrics::{SloSet, Stats};
 pub use quetta_report::{
     compare, compare_sides, merge, CompareOptions, CompareReport, CompareSide, MergeOptions,
-    RunDir, SloReport, Summary, SweepReport, SweepStep,
+    RunDir, SloReport, Summary, SweepReport, SweepStep, Tool,
 };
 pub use quetta_sim::SimConfig;
 pub use quetta_workload::arrival::Arrival;

@@ -373,6 +373,7 @@ impl Benchmark {
         notes.push(format!("the prediction took {:.2} s", wall.as_secs_f64()));
         let target = crate::summary::predicted_target(&self, model);
         let manifest = quetta_report::RunManifest::new(
+            &self.tool,
             settings.clone(),
             target.clone(),
             self.slos.as_ref().map(ToString::to_string),

@@ -368,8 +368,8 @@ pub(crate) fn assemble(
     let started = o.started_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Summary {
         schema_version: quetta_report::SCHEMA_VERSION,
-        tool: "quetta-bench".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
+        tool: b.tool.name.clone(),
+        tool_version: b.tool.version.clone(),
         started_at: quetta_report::rfc3339(started),
         partial: o.interrupted,
         requested_rate: config.request_rate,

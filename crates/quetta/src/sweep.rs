@@ -12,14 +12,59 @@ use quetta_report::{RunDir, SloProbe, SloReport, SweepKind, SweepReport, SweepSt
 use crate::target::Connected;
 use crate::{BenchReport, Benchmark, Error, Load, Result};
 
-/// Called with a line before each step (`sweep step 2/5: concurrency 4`).
+/// Called before each step of a sweep or search with what it is about to run.
 ///
 /// ```
-/// let say: quetta::OnStep = std::sync::Arc::new(|line: &str| eprintln!("{line}"));
-/// let mut s = quetta::Sweep::concurrencies(quetta::Benchmark::new(quetta::Target::simulator(Default::default())), vec![1, 2]);
+/// use quetta::{Benchmark, Step, Sweep, Target};
+/// let say: quetta::OnStep = std::sync::Arc::new(|s: &Step| eprintln!("{s}"));
+/// let mut s = Sweep::concurrencies(Benchmark::new(Target::simulator(Default::default())), vec![1, 2]);
 /// s.on_step = Some(say);
+/// let step = Step::Sweep { index: 2, of: 5, kind: quetta::report::SweepKind::Concurrency, value: 4.0 };
+/// assert_eq!(step.to_string(), "sweep step 2/5: concurrency 4");
+/// assert_eq!(step.short(), "step 2/5");
 /// ```
-pub type OnStep = Arc<dyn Fn(&str) + Send + Sync>;
+pub type OnStep = Arc<dyn Fn(&Step) + Send + Sync>;
+
+/// What a sweep or search is about to run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Step {
+    /// The closed-loop run that measures the maximum throughput before an automatic
+    /// rate sweep.
+    MaxThroughput { concurrency: usize },
+    /// Step `index` (from 1) of `of`, at `value` (a concurrency or a rate).
+    Sweep { index: usize, of: usize, kind: SweepKind, value: f64 },
+    /// Probe `index` (from 1) of an SLO search, at `value` (a rate or a concurrency).
+    Probe { index: usize, over: SearchOver, value: f64 },
+}
+
+impl Step {
+    /// A few words naming the step (`step 2/5`, `slo probe 3`, `max throughput`).
+    pub fn short(&self) -> String {
+        match self {
+            Step::MaxThroughput { .. } => "max throughput".into(),
+            Step::Sweep { index, of, .. } => format!("step {index}/{of}"),
+            Step::Probe { index, .. } => format!("slo probe {index}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::MaxThroughput { concurrency } => {
+                write!(f, "sweep: measuring the maximum throughput at concurrency {concurrency}")
+            }
+            Step::Sweep { index, of, kind, value } => {
+                write!(f, "sweep step {index}/{of}: {} {value}", kind.as_str())
+            }
+            Step::Probe { index, over, value } => {
+                let name = if *over == SearchOver::Rate { "rate" } else { "concurrency" };
+                write!(f, "slo probe {index}: {name} {value}")
+            }
+        }
+    }
+}
 
 /// The steps of a sweep.
 ///
@@ -144,9 +189,9 @@ impl Sweep {
         Self::new(base, Steps::Rates(rates))
     }
 
-    fn say(&self, line: &str) {
+    fn say(&self, step: Step) {
         if let Some(f) = &self.on_step {
-            f(line);
+            f(&step);
         }
     }
 
@@ -162,9 +207,7 @@ impl Sweep {
         match &self.steps {
             Steps::Rates(r) => Ok(r.clone()),
             Steps::AutoRates { concurrency, steps } => {
-                self.say(&format!(
-                    "sweep: measuring the maximum throughput at concurrency {concurrency}"
-                ));
+                self.say(Step::MaxThroughput { concurrency: *concurrency });
                 let mut b = self.base.clone().load(Load::closed(*concurrency));
                 b.seed = step_seed(self.base.seed, 999, self.same_prompts);
                 let (r, _) = step(&b, c, out, "max-throughput").await?;
@@ -213,7 +256,7 @@ impl Sweep {
                 notes.push(format!("stopped after {i} of {} steps", values.len()));
                 break;
             }
-            self.say(&format!("sweep step {}/{}: {} {v}", i + 1, values.len(), kind.as_str()));
+            self.say(Step::Sweep { index: i + 1, of: values.len(), kind, value: *v });
             let mut b = self.base.clone();
             b.seed = step_seed(self.base.seed, i, self.same_prompts);
             b.load = Some(match (kind, &self.base.load) {
@@ -380,7 +423,7 @@ impl SloSearch {
         let by_rate = self.over == SearchOver::Rate;
         let name = if by_rate { "rate" } else { "concurrency" };
         if let Some(f) = &self.on_step {
-            f(&format!("slo probe {}: {name} {x}", i + 1));
+            f(&Step::Probe { index: i + 1, over: self.over, value: x });
         }
         let mut b = self.base.clone();
         b.seed = self.base.seed.wrapping_add(i as u64 * 7919);

@@ -29,6 +29,9 @@ fn the_default_benchmark_against_the_embedded_simulator() {
     let tpot = s.metrics.tpot_ms.mean.unwrap();
     assert!((4.9..5.2).contains(&tpot), "TPOT mean {tpot}");
     assert!(s.target.embedded_simulator);
+    // an embedder that names no tool of its own: the library wrote the run
+    assert_eq!((s.tool.as_str(), s.tool_version.as_str()), ("quetta", env!("CARGO_PKG_VERSION")));
+    assert_eq!(json(&d.join("run.json"))["tool"], "quetta");
     assert_eq!(s.config.simulator.as_ref().unwrap().ttft_ms, 20.0);
     assert!(s.client.cpu_user_s + s.client.cpu_system_s > 0.0, "{:?}", s.client);
     validate_run_dir(&d);

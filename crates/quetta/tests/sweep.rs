@@ -17,9 +17,21 @@ fn a_pow2_sweep_writes_its_steps_a_table_and_reports() {
         .workload(WorkloadSpec::synthetic(32, 8))
         .requests(24)
         .output_dir(&d);
-    let report = Sweep::pow2(base, 4).run_blocking().unwrap();
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut sweep = Sweep::pow2(base, 4);
+    let t = told.clone();
+    sweep.on_step = Some(std::sync::Arc::new(move |s: &quetta::Step| t.lock().unwrap().push(*s)));
+    let report = sweep.run_blocking().unwrap();
     let cs: Vec<f64> = report.steps.iter().map(quetta::SweepStep::value).collect();
     assert_eq!(cs, [1.0, 2.0, 4.0]);
+    // each step was told before it ran, as a typed value
+    let kind = quetta::report::SweepKind::Concurrency;
+    let want: Vec<_> = [1.0, 2.0, 4.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &value)| quetta::Step::Sweep { index: i + 1, of: 3, kind, value })
+        .collect();
+    assert_eq!(*told.lock().unwrap(), want);
     validate(schema::SWEEP, &json(&d.join("sweep.json")), "sweep.json");
     for st in &report.steps {
         // each step is a whole run whose summary the sweep row repeats
