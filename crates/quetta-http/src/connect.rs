@@ -269,6 +269,8 @@ impl Connection for TimedIo {
 pub struct TimedConnector {
     pub(crate) tls: Option<TlsConnector>,
     pub(crate) connect_timeout: Option<Duration>,
+    /// Every origin is known to keep connections after streamed responses.
+    pub(crate) keeps_streams: bool,
     /// What was learnt per origin, shared by every connection to it.
     pub(crate) habits: Arc<Mutex<HashMap<String, Arc<Habits>>>>,
 }
@@ -304,7 +306,11 @@ impl tower_service::Service<Uri> for TimedConnector {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(origin)
-            .or_default()
+            .or_insert_with(|| {
+                let h = Habits::default();
+                h.keeps_streams.store(self.keeps_streams, Ordering::Relaxed);
+                Arc::new(h)
+            })
             .clone();
         Box::pin(async move {
             let fut = connect(uri, tls, habits);

@@ -50,6 +50,9 @@ pub struct TransportConfig {
     pub http2: bool,
     /// Limit on establishing a connection (TCP and TLS).
     pub connect_timeout: Option<Duration>,
+    /// The server is known to keep a connection after a streamed response (Quetta's own
+    /// simulator), so no connection's first reuse waits to learn it.
+    pub keeps_streams: bool,
 }
 
 /// A pooled HTTP/1.1 and HTTP/2 client with verified TLS. Cheap to clone.
@@ -128,6 +131,7 @@ impl Transport {
         let connector = TimedConnector {
             tls: Some(tokio_rustls::TlsConnector::from(Arc::new(tls))),
             connect_timeout: cfg.connect_timeout,
+            keeps_streams: cfg.keeps_streams,
             habits: Arc::default(),
         };
         let mut b = Client::builder(TokioExecutor::new());

@@ -81,6 +81,9 @@ pub struct OpenAiConfig {
     /// Response headers to copy into the `Headers` event (lower-case names or prefixes
     /// ending in `*`, e.g. `x-litellm-*`).
     pub record_headers: Vec<String>,
+    /// The server is known to keep a connection after a streamed response (see
+    /// [`TransportConfig::keeps_streams`]).
+    pub keeps_streams: bool,
 }
 
 impl OpenAiConfig {
@@ -91,6 +94,7 @@ impl OpenAiConfig {
             ca_cert: self.ca_cert.clone(),
             http2: self.http2,
             connect_timeout: self.connect_timeout,
+            keeps_streams: self.keeps_streams,
         }
     }
 
@@ -113,6 +117,7 @@ impl OpenAiConfig {
             request_id_header: Some("x-quetta-request-id".into()),
             max_tokens_field: "max_tokens".into(),
             record_headers: Vec::new(),
+            keeps_streams: false,
         }
     }
 }

@@ -344,6 +344,7 @@ impl Target {
             ca_cert: self.ca_cert.clone(),
             http2: self.http2,
             connect_timeout: self.connect_timeout,
+            keeps_streams: false,
         }
     }
 
@@ -496,6 +497,8 @@ impl Target {
         cfg.api_key = key;
         cfg.http2 = self.http2 || grpc;
         cfg.insecure = self.insecure;
+        // the simulator is Quetta's own: it keeps a connection after a streamed answer
+        cfg.keeps_streams = embedded;
         cfg.ca_cert.clone_from(&self.ca_cert);
         cfg.session_header.clone_from(&self.session_header);
         cfg.session_body_field.clone_from(&self.session_body_field);
@@ -525,12 +528,6 @@ impl Target {
         };
         if self.preflight && !embedded {
             preflight_request(engine.as_ref(), base_url, self.protocol, &self.headers).await?;
-        } else if embedded {
-            // the simulator is Quetta's own: its answers only teach the transport its habit
-            let req = preflight_req(self.protocol, &self.headers);
-            if let Some(req) = req {
-                learn_habit(engine.as_ref(), base_url, req).await.ok();
-            }
         }
         Ok(Connected {
             backend: engine.name().to_owned(),

@@ -40,14 +40,10 @@ fn the_default_benchmark_against_the_embedded_simulator() {
     assert!(recs
         .iter()
         .all(|r| r["error_kind"].is_null() && r["itl_us"].as_array().unwrap().len() == 127));
-    // Before the run the transport learnt that the simulator keeps a connection after a
-    // streamed answer, so no request of the second wave (the first reuse of each of the 8
+    // The transport knows that the embedded simulator keeps a connection after a streamed
+    // answer, so no request of the second wave (the first reuse of each of the 8
     // connections) waited the 5 ms a first reuse waits while that is unknown.
-    let waited: Vec<_> = recs
-        .iter()
-        .filter(|r| r["connection_reused"] == true && r["queue_ms"].as_f64().unwrap() >= 2.5)
-        .map(|r| (r["id"].clone(), r["queue_ms"].clone()))
-        .collect();
+    let waited = waited_on_reuse(&recs);
     assert!(waited.is_empty(), "reused connections waited: {waited:?}");
     // the typed summary is the file
     assert_eq!(json(&d.join("summary.json"))["completed"], 40);
@@ -228,6 +224,35 @@ fn a_killed_run_is_rebuilt_from_its_records() {
     );
     let (html, pdf) = dir.write_reports().unwrap();
     assert!(html.is_file() && pdf.is_file());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Reused connections whose request waited on the transport before it went out (the 5 ms
+/// a first reuse waits while the server's habit after streamed answers is unknown).
+fn waited_on_reuse(recs: &[serde_json::Value]) -> Vec<(serde_json::Value, serde_json::Value)> {
+    recs.iter()
+        .filter(|r| r["connection_reused"] == true && r["queue_ms"].as_f64().unwrap() >= 2.5)
+        .map(|r| (r["id"].clone(), r["queue_ms"].clone()))
+        .collect()
+}
+
+/// A server the client knows nothing of (a simulator in its own right, over HTTP): the
+/// pre-flight's two requests teach the transport that it keeps connections after streamed
+/// answers, so the second wave of a closed loop goes out at once on the first's connections.
+#[test]
+fn the_preflight_learns_the_servers_habit_before_the_measured_requests() {
+    let sim = quetta::sim::Simulator::start(quetta::SimConfig::default()).unwrap();
+    let d = tmpdir("preflight-habit");
+    let mut t = Target::openai(sim.base_url());
+    t.preflight = true;
+    let r = Benchmark::new(t).load(Load::closed(8)).requests(40).output_dir(&d).run_blocking();
+    assert_eq!(r.unwrap().summary.metrics.completed, 40);
+    let recs = lines(&d.join("requests.jsonl"));
+    // the pre-flight's second request went over its first's connection, left in the pool
+    // and taken by one request of the first wave: 1 + 32 reused (34 had it opened another)
+    assert_eq!(recs.iter().filter(|r| r["connection_reused"] == true).count(), 33);
+    let waited = waited_on_reuse(&recs);
+    assert!(waited.is_empty(), "reused connections waited: {waited:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
