@@ -41,7 +41,10 @@ fn first_command_runs_against_the_embedded_simulator() {
     assert_eq!(s["failed"], 0);
     assert_eq!(s["dispatched"], 40);
     // the binary names itself as the tool that wrote the run
-    assert_eq!((&s["tool"], &s["tool_version"]), (&"quetta-bench".into(), &env!("CARGO_PKG_VERSION").into()));
+    assert_eq!(
+        (&s["tool"], &s["tool_version"]),
+        (&"quetta-bench".into(), &env!("CARGO_PKG_VERSION").into())
+    );
     assert_eq!(s["token_count_source"], "usage");
     assert_eq!(s["total_output_tokens"], 40 * 128);
     // embedded simulator: TTFT 20 ms, ITL 5 ms

@@ -1,6 +1,8 @@
 //! The HTML report of real runs, opened in a real browser (headless Chromium, Debian's
-//! `chromium`, installed by .ci/run): no script error, and every chart drew all its points.
-//! Without a Chromium on the machine the test says so and checks nothing else.
+//! `chromium`, installed by .ci/run): no script error, every chart drew all its points, a
+//! hovered point shows its values and a clicked legend entry hides its series, then shows
+//! it again. Without a Chromium the test fails under `CI`; elsewhere it says so and checks
+//! nothing else.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,6 +42,49 @@ fn attr<'a>(tag: &'a str, attr: &str) -> Option<&'a str> {
     tag[i..].split('"').next()
 }
 
+/// What the page's own handlers did with events a driver script sent (appended to a copy of
+/// the report, after the report's script): the first chart's first point hovered, its first
+/// legend entry clicked twice.
+const DRIVER: &str = r#"<script>
+(function () {
+  var b = document.body.dataset, svg = document.querySelector('svg');
+  var c = svg.querySelector('g.series circle');
+  b.expected = c.querySelector('title').textContent;
+  c.dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
+  var ro = svg.querySelector('text.readout');
+  b.hovered = ro ? ro.textContent : '(no readout)';
+  b.hoveredRadius = c.getAttribute('r');
+  c.dispatchEvent(new MouseEvent('mouseout', { bubbles: true }));
+  b.leftReadout = ro ? ro.textContent : '(no readout)';
+  var l = svg.querySelector('g.legend');
+  var g = svg.querySelector('g.series[data-series="' + l.dataset.series + '"]');
+  b.before = getComputedStyle(g).display;
+  l.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+  b.afterOne = getComputedStyle(g).display;
+  l.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+  b.afterTwo = getComputedStyle(g).display;
+})();
+</script>"#;
+
+/// Hover a point and toggle a legend entry of the report's first chart, in the browser.
+fn interact(browser: &Path, html: &Path) {
+    let page = std::fs::read_to_string(html).unwrap();
+    let driven = html.with_extension("driven.html");
+    std::fs::write(&driven, page.replace("</body>", &format!("{DRIVER}</body>"))).unwrap();
+    let d = dom(browser, &driven);
+    let body = &d[d.find("<body").expect("a body")..];
+    let tag = &body[..body.find('>').unwrap()];
+    assert_eq!(attr(tag, "data-error"), None, "no script error");
+    let expected = attr(tag, "data-expected").expect("the driver ran");
+    assert!(expected.contains(" = "), "a point's title names its values: {expected}");
+    assert_eq!(attr(tag, "data-hovered"), Some(expected), "the hovered point's values shown");
+    assert_eq!(attr(tag, "data-hovered-radius"), Some("5"), "the hovered point enlarged");
+    assert_eq!(attr(tag, "data-left-readout"), Some(""), "the readout cleared on leaving it");
+    assert_eq!(attr(tag, "data-before"), Some("inline"), "the series is shown at first");
+    assert_eq!(attr(tag, "data-after-one"), Some("none"), "one click hides the series");
+    assert_eq!(attr(tag, "data-after-two"), Some("inline"), "a second click shows it again");
+}
+
 fn check(browser: &Path, html: &Path, min_charts: usize) {
     let d = dom(browser, html);
     let body = &d[d.find("<body").expect("a body")..];
@@ -68,6 +113,10 @@ fn check(browser: &Path, html: &Path, min_charts: usize) {
 #[test]
 fn the_html_reports_render_in_a_real_browser() {
     let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no chromium on this machine, which CI needs (.ci/run installs Debian's chromium)"
+        );
         eprintln!("SKIPPED: no chromium on this machine (.ci/run installs Debian's chromium)");
         return;
     };
@@ -109,6 +158,9 @@ fn the_html_reports_render_in_a_real_browser() {
     check(&browser, &run.join("report.html"), 7);
     // a sweep: its nine charts, and each step's
     check(&browser, &sweep.join("report.html"), 9);
+    // the handlers: hover a point, toggle a legend entry
+    interact(&browser, &run.join("report.html"));
+    interact(&browser, &sweep.join("report.html"));
     // nothing succeeded: no chart at all, the errors first
     let d = dom(&browser, &failed.join("report.html"));
     assert!(!d.contains("<svg") && d.contains("FAILED: every one of the 5"));

@@ -18,24 +18,6 @@ use common::{json, tmpdir, valid, SUMMARY_SCHEMA};
 const RATE: f64 = 200.0;
 const REQUESTS: u64 = 600;
 
-/// Not a test of its own: a simulator server at `QUETTA_TEST_SIM_BIND`, run by the tests
-/// below as a separate process (inside a namespace), until killed.
-#[test]
-fn simulator_process() {
-    let Ok(bind) = std::env::var("QUETTA_TEST_SIM_BIND") else { return };
-    let cfg = quetta_sim::SimConfig {
-        bind: bind.parse().unwrap(),
-        ttft: Duration::from_millis(20),
-        itl: Duration::from_millis(2),
-        ..quetta_sim::SimConfig::default()
-    };
-    let _sim = quetta_sim::Simulator::start(cfg).unwrap();
-    println!("QUETTA-SIM-READY");
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-}
-
 /// Where each process runs: a command prefix (`ip netns exec NS`) and its address.
 struct Host {
     prefix: Vec<String>,
@@ -66,12 +48,23 @@ impl Drop for Killed {
     }
 }
 
-/// The simulator on `host` at `bind`; returns once it listens.
+/// The `quetta-sim` binary, built beside `quetta-bench` by `cargo test --workspace`.
+fn quetta_sim() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_quetta-bench")).with_file_name("quetta-sim");
+    assert!(
+        exe.is_file(),
+        "{} is missing: cargo build -p quetta-sim-bin first (cargo test --workspace builds it)",
+        exe.display()
+    );
+    exe
+}
+
+/// The simulator (the `quetta-sim` binary: TTFT 20 ms, ITL 2 ms) on `host` at `bind`;
+/// returns once it listens.
 fn simulator(host: &Host, bind: &str) -> Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut c = command(host, &exe)
-        .args(["--exact", "simulator_process", "--nocapture", "--test-threads=1"])
-        .env("QUETTA_TEST_SIM_BIND", bind)
+    let (ip, port) = bind.rsplit_once(':').unwrap();
+    let mut c = command(host, &quetta_sim())
+        .args(["--host", ip, "--port", port, "--ttft-ms", "20", "--itl-ms", "2"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -79,7 +72,7 @@ fn simulator(host: &Host, bind: &str) -> Child {
     let ready = std::io::BufReader::new(out)
         .lines()
         .map_while(Result::ok)
-        .any(|l| l.contains("QUETTA-SIM-READY"));
+        .any(|l| l.contains("listening on"));
     assert!(ready, "the simulator process did not start");
     c
 }

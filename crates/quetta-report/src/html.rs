@@ -457,15 +457,34 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
     }
 }
 
-/// Hover a point to read it (each point's `<title>`), click a legend entry to hide or show
-/// its series. `data-rendered` on each chart counts the points the browser parsed, and
-/// `data-error` on the body holds a script error (the browser test reads both).
+/// Hover a point to read it (its `<title>`, written into the chart's readout line and the
+/// point enlarged), click a legend entry to hide or show its series. `data-rendered` on
+/// each chart counts the points the browser parsed, and `data-error` on the body holds a
+/// script error (the browser test reads both, and hovers and clicks).
 const SCRIPT: &str = r#"<script>
 window.addEventListener('error', function (e) { document.body.dataset.error = String(e.message); });
 document.querySelectorAll('svg').forEach(function (svg) {
   var n = 0;
   svg.querySelectorAll('g.series polyline').forEach(function (p) { n += p.points.numberOfItems; });
   svg.dataset.rendered = n;
+  var ro = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+  ro.setAttribute('class', 'readout');
+  ro.setAttribute('x', '60');
+  ro.setAttribute('y', '14');
+  svg.appendChild(ro);
+  svg.querySelectorAll('g.series circle').forEach(function (c) {
+    var op = c.getAttribute('fill-opacity');
+    c.addEventListener('mouseover', function () {
+      ro.textContent = c.querySelector('title').textContent;
+      c.setAttribute('r', '5');
+      c.setAttribute('fill-opacity', '1');
+    });
+    c.addEventListener('mouseout', function () {
+      ro.textContent = '';
+      c.setAttribute('r', '3');
+      c.setAttribute('fill-opacity', op);
+    });
+  });
   svg.querySelectorAll('g.legend').forEach(function (l) {
     l.addEventListener('click', function () {
       var g = svg.querySelector('g.series[data-series="' + l.dataset.series + '"]');

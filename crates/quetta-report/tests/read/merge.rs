@@ -34,7 +34,13 @@ fn records() -> Vec<RequestRecord> {
 fn shard_dir(root: &Path, k: u32, recs: &[RequestRecord], settings: &RunSettings) -> PathBuf {
     let d = root.join(format!("shard-{k}"));
     let run = RunDir::create(&d, false).unwrap();
-    let mut m = RunManifest::new(&quetta_report::Tool::new("quetta-bench", "0.1.0"), settings.clone(), Target::unknown(), None, vec![]);
+    let mut m = RunManifest::new(
+        &quetta_report::Tool::new("quetta-bench", "0.1.0"),
+        settings.clone(),
+        Target::unknown(),
+        None,
+        vec![],
+    );
     m.shard = Some(ShardRun {
         index: k,
         count: 3,
