@@ -809,8 +809,7 @@ pub fn fit(
     use quetta::workload::distribution::Distribution;
     let rows = quetta::workload::spec::load_trace(trace, format, columns)?;
     let d = Distribution::fit(&trace.display().to_string(), &rows)?;
-    std::fs::write(output, serde_json::to_string_pretty(&d)? + "\n")
-        .with_context(|| format!("cannot write {}", output.display()))?;
+    d.save(output)?;
     println!("fitted {} requests from {}", rows.len(), trace.display());
     print!("{}", d.describe());
     println!("sampling uses the empirical quantiles; wrote {}", output.display());

@@ -170,6 +170,8 @@ fn api_key_never_appears_in_any_output() {
         assert!(o.status.success(), "{args:?}: {}", text(&o));
         assert!(!text(&o).contains(canary), "{args:?} leaked the secret");
     }
+    // the fitted distribution follows its schema
+    valid(quetta::report::schema::DISTRIBUTION, &json(&fit));
     for f in std::fs::read_dir(&d).unwrap() {
         let p = f.unwrap().path();
         assert!(

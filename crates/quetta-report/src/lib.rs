@@ -55,6 +55,8 @@ pub mod schema {
     pub const SERVER_METRICS: &str =
         include_str!("../../../docs/schema/server_metrics.schema.json");
     pub const GPU: &str = include_str!("../../../docs/schema/gpu.schema.json");
+    /// A fitted workload distribution (`dist.json`).
+    pub const DISTRIBUTION: &str = include_str!("../../../docs/schema/distribution.schema.json");
 }
 
 /// One wrong answer of a correctness check.

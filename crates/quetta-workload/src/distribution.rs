@@ -157,6 +157,15 @@ impl Distribution {
         })
     }
 
+    /// Write the distribution file (`docs/schema/distribution.schema.json`).
+    pub fn save(&self, path: &Path) -> Result<(), WorkloadError> {
+        let text = serde_json::to_string_pretty(self).expect("a distribution serialises") + "\n";
+        std::fs::write(path, text).map_err(|e| WorkloadError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+
     /// Read a distribution file.
     pub fn load(path: &Path) -> Result<Self, WorkloadError> {
         let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::Io {

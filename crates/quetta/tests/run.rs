@@ -310,7 +310,8 @@ fn a_fitted_distribution_gives_lengths_and_gaps() {
     let rows = quetta::workload::spec::load_trace(&trace, TraceFormat::Azure, "").unwrap();
     let dist = quetta::workload::distribution::Distribution::fit("azure", &rows).unwrap();
     let f = std::env::temp_dir().join(format!("quetta-lib-{}-dist.json", std::process::id()));
-    std::fs::write(&f, serde_json::to_string(&dist).unwrap()).unwrap();
+    dist.save(&f).unwrap();
+    common::validate(quetta::report::schema::DISTRIBUTION, &json(&f), "dist.json");
     let w = WorkloadSpec {
         source: Source::Distribution { path: f.clone() },
         ..WorkloadSpec::default()

@@ -204,3 +204,27 @@ fn the_servers_own_metrics_and_gpu_telemetry_during_a_run() {
         .any(|n| n.contains("no scrape of http://127.0.0.1:9/metrics succeeded")));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `gpu.jsonl` as the sampler writes it, every line against its schema: two GPUs of the fake
+/// source (this machine has no driver), one with an energy counter and one without.
+#[test]
+fn gpu_samples_follow_their_schema() {
+    use quetta_probe::gpu::{FakeGpu, Sampler};
+    let d = tmpdir("gpu-schema");
+    std::fs::create_dir_all(&d).unwrap();
+    let path = d.join("gpu.jsonl");
+    for counter in [true, false] {
+        let source = Box::new(FakeGpu::new(vec![400.0, 100.0], 80, counter));
+        let report = Sampler::start(source, Duration::from_millis(5), Some(path.clone())).finish();
+        assert_eq!(report.devices.len(), 2);
+        let samples = lines(&path);
+        // at least the last sample of each GPU, in GPU order
+        assert!(samples.len() >= 2 && samples.len() % 2 == 0, "{} lines", samples.len());
+        for (i, l) in samples.iter().enumerate() {
+            assert_eq!(l["gpu"], (i % 2) as u64, "{l}");
+            assert_eq!(l["energy_mj"].is_null(), !counter, "{l}");
+            common::validate(quetta::report::schema::GPU, l, &format!("gpu.jsonl line {}", i + 1));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
