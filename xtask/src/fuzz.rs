@@ -562,23 +562,9 @@ fn seed_bedrock(put: &mut impl FnMut(&str, &str, &[u8]) -> Result<()>) -> Result
 
 fn event_frame(message_type: &str, kind: &str, payload: &[u8]) -> Vec<u8> {
     let kind_header = if message_type == "exception" { ":exception-type" } else { ":event-type" };
-    let mut headers = Vec::new();
-    for (name, value) in [(":message-type", message_type), (kind_header, kind)] {
-        headers.push(name.len() as u8);
-        headers.extend_from_slice(name.as_bytes());
-        headers.push(7); // a string
-        headers.extend_from_slice(&(value.len() as u16).to_be_bytes());
-        headers.extend_from_slice(value.as_bytes());
-    }
-    let total = (12 + headers.len() + payload.len() + 4) as u32;
-    let mut f = Vec::with_capacity(total as usize);
-    f.extend_from_slice(&total.to_be_bytes());
-    f.extend_from_slice(&(headers.len() as u32).to_be_bytes());
-    let prelude_crc = crc32fast::hash(&f);
-    f.extend_from_slice(&prelude_crc.to_be_bytes());
-    f.extend_from_slice(&headers);
-    f.extend_from_slice(payload);
-    let crc = crc32fast::hash(&f);
-    f.extend_from_slice(&crc.to_be_bytes());
-    f
+    quetta_sim::providers::frame(
+        &[(":message-type", message_type), (kind_header, kind)],
+        payload,
+        false,
+    )
 }

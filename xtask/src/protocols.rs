@@ -59,9 +59,8 @@ fn once(root: &Path, nice: u32, protocol: &str, extra: &[&str]) -> Result<(f64, 
     Ok((cpu * 1e3 / f(&s, "/completed"), f(&s, "/request_throughput")))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn median(v: Vec<f64>) -> f64 {
+    quetta_metrics::stats::median(&v).unwrap_or(f64::NAN)
 }
 
 /// Every protocol, or chat and `only`.

@@ -35,11 +35,7 @@ pub(crate) fn runtime(
     threads: Option<usize>,
     control: &Arc<RunControl>,
 ) -> Result<tokio::runtime::Runtime> {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(n.max(1))
-        .enable_all()
-        .build()?;
+    let rt = quetta::runtime(threads)?;
     let c = control.clone();
     rt.spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

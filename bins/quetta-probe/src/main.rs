@@ -465,11 +465,7 @@ fn main() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         cmd => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let rt = quetta::runtime(Some(2))?;
             rt.block_on(probe(cmd))
         }
     }

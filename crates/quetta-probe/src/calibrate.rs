@@ -152,8 +152,8 @@ async fn decode(
             for r in join_all(futs).await {
                 obs.push(r?);
             }
-            let mut means = crate::probes::steady_gaps(&obs).per_req_mean;
-            let Some(gap) = median(&mut means) else {
+            let means = crate::probes::steady_gaps(&obs).per_req_mean;
+            let Some(gap) = median(&means) else {
                 return Err(ProbeError::Request(format!(
                     "{b} streams of {c} words never decoded together: the server ran them one after another (fewer slots than {b}?)"
                 )));
@@ -311,8 +311,8 @@ async fn mixed(
             a.usage.and_then(|u| u.prompt_tokens).unwrap_or(u64::from(stream_words)) + k as u64;
         extras.push(gap - step.ms(new, pairs, cached, 1, context));
     }
-    let mut v = extras.clone();
-    Ok((median(&mut v).unwrap_or(0.0), extras))
+    let v = extras.clone();
+    Ok((median(&v).unwrap_or(0.0), extras))
 }
 
 /// A fit with an intercept that minimises the *relative* residuals (each point weighted by
@@ -394,11 +394,11 @@ fn median_rounds(rounds: &[Vec<Point>]) -> Vec<Point> {
     let n = rounds.len() as f64;
     (0..rounds[0].len())
         .map(|i| {
-            let mut ys: Vec<f64> = rounds.iter().map(|r| r[i].y).collect();
+            let ys: Vec<f64> = rounds.iter().map(|r| r[i].y).collect();
             let x = (0..rounds[0][i].x.len())
                 .map(|j| rounds.iter().map(|r| r[i].x[j]).sum::<f64>() / n)
                 .collect();
-            let y = crate::probes::median(&mut ys).unwrap_or(f64::NAN);
+            let y = crate::probes::median(&ys).unwrap_or(f64::NAN);
             Point { what: "decode", x, y, extra: None, cached: 0 }
         })
         .collect()
@@ -630,15 +630,15 @@ fn fit_prefill(pre: &[Point], base: f64) -> Result<(f64, Vec<f64>, f64), ProbeEr
 /// The tokens the server adds to a prompt: the median over the prefill probe of its usage
 /// less its own count of the text (0 without a `/tokenize`).
 fn extra_tokens(pre: &[Point]) -> u32 {
-    let mut v: Vec<f64> = pre.iter().filter_map(|p| p.extra).map(|e| e as f64).collect();
-    median(&mut v).map_or(0, |m| m.max(0.0).round() as u32)
+    let v: Vec<f64> = pre.iter().filter_map(|p| p.extra).map(|e| e as f64).collect();
+    median(&v).map_or(0, |m| m.max(0.0).round() as u32)
 }
 
 /// The prompt tokens every request finds cached: the median the server reported over the
 /// prefill probe's unique prompts (their shared template prefix; 0 when it reports none).
 fn template_cached(pre: &[Point]) -> u32 {
-    let mut v: Vec<f64> = pre.iter().map(|p| p.cached as f64).collect();
-    median(&mut v).map_or(0, |m| m.round() as u32)
+    let v: Vec<f64> = pre.iter().map(|p| p.cached as f64).collect();
+    median(&v).map_or(0, |m| m.round() as u32)
 }
 
 /// Run the calibration probes against `ctx`'s server and fit its model.

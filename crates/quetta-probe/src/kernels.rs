@@ -144,13 +144,7 @@ pub struct Summary {
     pub top: Vec<(String, f64)>,
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
-}
+use quetta_metrics::stats::median;
 
 /// Summarise kernels (sorted by start); `step_gap_ns` separates steps.
 pub fn summarise(k: &[Kernel], step_gap_ns: u64) -> Summary {
@@ -221,10 +215,8 @@ pub fn summarise(k: &[Kernel], step_gap_ns: u64) -> Summary {
         busy_ms: busy as f64 / 1e6,
         families,
         steps: steps.len() as u64,
-        step_median_ms: median(
-            &mut steps.iter().map(|s| (s.1 - s.0) as f64 / 1e6).collect::<Vec<_>>(),
-        ),
-        kernels_per_step_median: median(&mut steps.iter().map(|s| s.2 as f64).collect::<Vec<_>>()),
+        step_median_ms: median(&steps.iter().map(|s| (s.1 - s.0) as f64 / 1e6).collect::<Vec<_>>()),
+        kernels_per_step_median: median(&steps.iter().map(|s| s.2 as f64).collect::<Vec<_>>()),
         top,
     }
 }

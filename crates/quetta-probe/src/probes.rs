@@ -158,14 +158,8 @@ pub(crate) fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 { v[m] } else { f64::midpoint(v[m - 1], v[m]) })
-}
+/// The one median of the workspace (`quetta-metrics`).
+pub(crate) use quetta_metrics::stats::median;
 
 pub(crate) fn f(v: f64) -> String {
     format!("{v:.3}")
@@ -364,11 +358,11 @@ pub(crate) fn steady_gaps(obs: &[Observation]) -> Steady {
     let mut per_req_mean = Vec::new();
     let mut counted = 0;
     for t in &times {
-        let mut g: Vec<f64> =
+        let g: Vec<f64> =
             t.windows(2).filter(|w| w[0] >= start && w[1] <= end).map(|w| w[1] - w[0]).collect();
         counted += g.len();
         per_req_mean.extend(mean(&g));
-        per_req.extend(median(&mut g));
+        per_req.extend(median(&g));
     }
     Steady { per_req, per_req_mean, counted, start, end }
 }
@@ -406,9 +400,9 @@ pub async fn decode_grid(
             for r in join_all(futs).await {
                 obs.push(r?);
             }
-            let Steady { mut per_req, counted, start, end, .. } = steady_gaps(&obs);
+            let Steady { per_req, counted, start, end, .. } = steady_gaps(&obs);
             let streams = per_req.len();
-            let itl = median(&mut per_req);
+            let itl = median(&per_req);
             cells.push(GridCell { batch: b, context: c, itl_ms: itl });
             rows.push(vec![
                 b.to_string(),
@@ -510,7 +504,7 @@ pub async fn herd(
     let max = client.iter().copied().fold(f64::NAN, f64::max);
     let summary = HerdSummary {
         client_ttft_mean_ms: mean(&client),
-        client_ttft_p50_ms: median(&mut client),
+        client_ttft_p50_ms: median(&client),
         client_ttft_max_ms: finite(max),
         server_ttft_mean_ms: server_ttft,
         server_ttft_from: if server_ttft.is_some() {

@@ -144,8 +144,8 @@ pub async fn recheck(
     let (decode, context, one_factor_why) = match decode_factors(&points, lone) {
         Ok((d, c)) => (d, c, None),
         Err(why) => {
-            let mut dr: Vec<f64> = points.iter().map(|p| p.decode_ratio).collect();
-            let d = median(&mut dr).unwrap_or(f64::NAN);
+            let dr: Vec<f64> = points.iter().map(|p| p.decode_ratio).collect();
+            let d = median(&dr).unwrap_or(f64::NAN);
             (d, d, Some(why))
         }
     };
@@ -156,8 +156,8 @@ pub async fn recheck(
         p.prefill_ratio = (p.ttft_ms - fixed - step.base_ms * decode) / prompt_ms;
         p.rescaled_gap_ms = lone * decode + p.model_context_ms * context;
     }
-    let mut pr: Vec<f64> = points.iter().map(|p| p.prefill_ratio).collect();
-    let prefill = median(&mut pr).unwrap_or(f64::NAN);
+    let pr: Vec<f64> = points.iter().map(|p| p.prefill_ratio).collect();
+    let prefill = median(&pr).unwrap_or(f64::NAN);
     if !(prefill.is_finite() && prefill > 0.0 && decode.is_finite() && decode > 0.0) {
         return Err(ProbeError::Invalid(format!(
             "the server's times do not rescale the model (prefill ×{prefill:.3}, decode ×{decode:.3}): its TTFTs came out under the model's fixed overheads, or the model's prompt terms are 0; calibrate again"
@@ -218,7 +218,7 @@ fn by_length(points: &[RecheckPoint]) -> Vec<Vec<&RecheckPoint>> {
 
 /// The median of a field over a group's requests.
 fn median_of(g: &[&RecheckPoint], field: impl Fn(&RecheckPoint) -> f64) -> Option<f64> {
-    median(&mut g.iter().map(|p| field(p)).collect::<Vec<_>>())
+    median(&g.iter().map(|p| field(p)).collect::<Vec<_>>())
 }
 
 /// The decode factors (of the sequences' terms, of the context terms) of the line through

@@ -122,22 +122,13 @@ impl RunDir {
     }
 }
 
-/// UTC RFC 3339 time (seconds) for a Unix timestamp, without a date crate.
+/// UTC RFC 3339 time (seconds) for a Unix timestamp (`YYYY-MM-DDTHH:MM:SSZ`).
 pub fn rfc3339(unix_s: u64) -> String {
-    let days = unix_s / 86_400;
-    let secs = unix_s % 86_400;
-    // Howard Hinnant's civil_from_days
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+    let t = i64::try_from(unix_s)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    t.format(&time::format_description::well_known::Rfc3339).expect("a UTC time in years 0-9999")
 }
 
 /// Now, as [`rfc3339`].
@@ -149,26 +140,11 @@ pub fn now_rfc3339() -> String {
     )
 }
 
-/// Seconds since the epoch of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SSZ` (years 1970 to
-/// 9999; `None` for anything else).
+/// Seconds since the epoch of an RFC 3339 time such as `YYYY-MM-DDTHH:MM:SSZ` (years 1970
+/// to 9999; `None` for anything else).
 pub fn unix_of(t: &str) -> Option<u64> {
-    let field = |a: usize, b: usize| t.get(a..b)?.parse::<i64>().ok();
-    let (y, mo, d) = (field(0, 4)?, field(5, 7)?, field(8, 10)?);
-    let (h, mi, s) = (field(11, 13)?, field(14, 16)?, field(17, 19)?);
-    if !(1970..=9999).contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
-        return None;
-    }
-    if h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    // days from civil (Howard Hinnant)
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + s).ok()
+    let t = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()?;
+    u64::try_from(t.unix_timestamp()).ok()
 }
 
 #[cfg(test)]

@@ -106,39 +106,21 @@ pub fn parse_mooncake(text: &str, path: &Path) -> Result<Vec<TraceRequest>, Work
     Ok(out)
 }
 
-/// Nanoseconds since the Unix epoch for `YYYY-MM-DD HH:MM:SS[.fffffff]` (any number of
-/// fractional digits; Python's `%f` cannot read the 7 the Azure traces have). Integer
-/// arithmetic throughout: an f64 of epoch seconds cannot hold 100 ns.
+/// Nanoseconds since the Unix epoch for `YYYY-MM-DD HH:MM:SS[.fffffff]` (UTC; `T` may stand
+/// for the space and a `Z` may end it; 1 to 9 fractional digits: Python's `%f` cannot read
+/// the 7 the Azure traces have). Only a real calendar date and time of day is read: anything
+/// else is refused, never wrapped.
 fn parse_timestamp(s: &str) -> Option<i128> {
-    let (date, time) = s.trim().split_once([' ', 'T'])?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    // A real calendar date and time of day: anything else is refused, never wrapped.
-    if !(1..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return None;
-    }
-    let mut t = time.trim_end_matches('Z').split(':');
-    let (hh, mm) = (t.next()?.parse::<i64>().ok()?, t.next()?.parse::<i64>().ok()?);
-    let sec = t.next()?;
-    let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
-    let ss = whole.parse::<i64>().ok()?;
-    // 60: a leap second
-    if !(0..24).contains(&hh) || !(0..60).contains(&mm) || !(0..=60).contains(&ss) {
-        return None;
-    }
-    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let nanos: i64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
-    // days from civil (Howard Hinnant)
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
+    use time::format_description::{parse_owned, OwnedFormatItem};
+    static FORMAT: std::sync::OnceLock<OwnedFormatItem> = std::sync::OnceLock::new();
+    let format = FORMAT.get_or_init(|| {
+        parse_owned::<2>(
+            "[year]-[month]-[day][first [T][ ]][hour]:[minute]:[second][optional [.[subsecond]]][optional [Z]]",
+        )
+        .expect("a valid format description")
+    });
+    let t = time::PrimitiveDateTime::parse(s.trim(), format).ok()?;
+    Some(t.assume_utc().unix_timestamp_nanos())
 }
 
 /// Load an Azure LLM inference trace: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`

@@ -97,8 +97,9 @@ pub mod export {
     };
 }
 
-/// A multi-threaded tokio runtime with `threads` workers (default: one per CPU).
-pub(crate) fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
+/// A multi-threaded tokio runtime with `threads` workers (default: one per CPU): the one
+/// that [`Benchmark::run_blocking`] and the binaries drive runs on.
+pub fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
     let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(n.max(1))
