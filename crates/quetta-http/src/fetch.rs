@@ -11,7 +11,50 @@ use quetta_engine::{EngineError, TimeoutPhase};
 
 use crate::transport::{Fetched, Transport, TransportConfig};
 
-/// `Authorization: Bearer TOKEN`, marked sensitive (never logged by hyper).
+/// A secret key for a server or a provider. Its `Debug` never shows the key; it leaves the
+/// process only as a header value marked sensitive, built here.
+///
+/// ```
+/// let k = quetta_http::fetch::ApiKey::new("sk-secret");
+/// assert_eq!(format!("{k:?}"), "ApiKey(<redacted>)");
+/// assert!(k.bearer().unwrap().is_sensitive());
+/// assert_eq!(k.bearer().unwrap(), "Bearer sk-secret");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key itself, for a signature or a token exchange. Do not log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `Authorization: Bearer KEY`'s value.
+    pub fn bearer(&self) -> Result<HeaderValue, EngineError> {
+        bearer_value(&self.0)
+    }
+
+    /// The key as a header's whole value (`x-api-key: KEY`), marked sensitive.
+    pub fn value(&self) -> Result<HeaderValue, EngineError> {
+        let mut v = HeaderValue::from_str(&self.0)
+            .map_err(|_| EngineError::Request("invalid key characters".into()))?;
+        v.set_sensitive(true);
+        Ok(v)
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// `Authorization: Bearer TOKEN`, marked sensitive (never logged by hyper): the one place a
+/// bearer header is made.
 pub fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
     let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
         .map_err(|_| EngineError::Request("invalid token characters".into()))?;

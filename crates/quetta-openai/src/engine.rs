@@ -1,4 +1,4 @@
-use std::fmt;
+use quetta_http::fetch::ApiKey;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,26 +25,6 @@ pub enum Api {
     Chat,
     /// `/v1/completions`
     Completions,
-}
-
-/// An API key. Its `Debug` and `Display` never show the key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-    /// The key itself, for building the header. Do not log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
 }
 
 /// Configuration of an [`OpenAiEngine`].
@@ -165,12 +145,10 @@ impl OpenAiEngine {
         });
         let uri = join_url(&cfg.base_url, &path)?;
         let auth = match &cfg.api_key {
-            Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
-                    .map_err(|_| BuildError::Header("authorization (value not shown)".into()))?;
-                v.set_sensitive(true);
-                Some(v)
-            }
+            Some(k) => Some(
+                k.bearer()
+                    .map_err(|_| BuildError::Header("authorization (value not shown)".into()))?,
+            ),
             None => None,
         };
         let hname = |n: &Option<String>| -> Result<Option<HeaderName>, BuildError> {
@@ -333,10 +311,7 @@ pub async fn list_models(
         .map_err(|e| EngineError::Request(e.to_string()))?;
     let mut req = Request::builder().method(Method::GET).uri(uri);
     if let Some(k) = api_key {
-        let mut v = HeaderValue::from_str(&format!("Bearer {}", k.expose()))
-            .map_err(|_| EngineError::Request("invalid API key characters".into()))?;
-        v.set_sensitive(true);
-        req = req.header(AUTHORIZATION, v);
+        req = req.header(AUTHORIZATION, k.bearer()?);
     }
     let req = req.body(Full::new(Bytes::new())).map_err(|e| EngineError::Request(e.to_string()))?;
     let r = transport.fetch(req, timeout, 16 << 20).await?;

@@ -14,7 +14,8 @@ mod fast;
 mod litellm;
 
 pub use engine::{
-    join_url, list_models, parse_models, request_body, Api, ApiKey, OpenAiConfig, OpenAiEngine,
+    join_url, list_models, parse_models, request_body, Api, OpenAiConfig, OpenAiEngine,
 };
 pub use litellm::{LiteLlmConfig, LiteLlmEngine};
+pub use quetta_http::fetch::ApiKey;
 pub use quetta_http::BuildError;

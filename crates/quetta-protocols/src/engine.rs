@@ -127,16 +127,14 @@ impl HttpEngine {
             Some(k) => Some(match wire.key_header() {
                 KeyHeader::Bearer => (
                     http::header::AUTHORIZATION,
-                    quetta_http::fetch::bearer_value(k.expose()).map_err(|_| {
+                    k.bearer().map_err(|_| {
                         BuildError::Header("authorization (value not shown)".into())
                     })?,
                 ),
-                KeyHeader::Named(n) => {
-                    let mut v = HeaderValue::from_str(k.expose())
-                        .map_err(|_| BuildError::Header(format!("{n} (value not shown)")))?;
-                    v.set_sensitive(true);
-                    (header_name(n)?, v)
-                }
+                KeyHeader::Named(n) => (
+                    header_name(n)?,
+                    k.value().map_err(|_| BuildError::Header(format!("{n} (value not shown)")))?,
+                ),
             }),
         };
         let fixed = wire

@@ -258,10 +258,9 @@ impl VertexEngine {
         let body = serde_json::to_vec(&self.body(req)?)
             .map_err(|e| EngineError::Request(e.to_string()))?;
         let token = self.token.current().map_err(EngineError::Auth)?;
-        let mut auth = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+        let auth = quetta_http::fetch::bearer_value(&token).map_err(|_| {
             EngineError::Auth("the access token has characters a header cannot carry".into())
         })?;
-        auth.set_sensitive(true);
         let uri = if req.stream { &self.stream_uri } else { &self.full_uri };
         let mut r = Request::builder()
             .method(Method::POST)

@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http_body_util::Full;
 use prost::Message;
 use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Prompt};
@@ -716,10 +716,7 @@ async fn call<R: Message + Default>(
     let mut r =
         http::Request::post(uri).header(CONTENT_TYPE, "application/grpc").header("te", "trailers");
     if let Some(k) = key {
-        let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
-            .map_err(|_| fail(EngineError::Request("a key that is no header value".into())))?;
-        v.set_sensitive(true);
-        r = r.header(AUTHORIZATION, v);
+        r = r.header(AUTHORIZATION, quetta_http::fetch::bearer_value(k).map_err(fail)?);
     }
     let req = r
         .body(Full::new(Bytes::from(frame(msg))))
