@@ -3,8 +3,9 @@
 //! results printed; everything else is library code.
 
 mod commands;
-mod flags;
 mod protocols;
+
+use quetta_cli as flags;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -9,11 +9,8 @@ use clap::Parser;
 use quetta_sim::model::WhatIf;
 use quetta_sim::{OutputLen, SimConfig, Simulator};
 
-/// `quetta-bench run`'s flags, shared with `quetta-sim predict` (one source file, compiled
-/// into both binaries).
-#[path = "../../quetta-bench/src/flags.rs"]
-#[allow(dead_code)]
-mod flags;
+/// `quetta-bench run`'s flags, shared with `quetta-sim predict`.
+use quetta_cli as flags;
 
 /// Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics with
 /// configurable time to first token and inter-token latency.
