@@ -35,6 +35,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+mod arch;
 mod fuzz;
 mod merge;
 mod predict;

@@ -397,6 +397,10 @@ impl Simulator {
         });
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sh = shared.clone();
+        let listener = {
+            let _in_runtime = rt.enter();
+            tokio::net::TcpListener::from_std(std_listener).map_err(SimError::Runtime)?
+        };
         let thread = std::thread::Builder::new()
             .name("quetta-sim-main".into())
             .spawn(move || {
@@ -405,10 +409,7 @@ impl Simulator {
                     if let (Some(m), Some(rx)) = (model, twin_rx) {
                         tokio::spawn(twin::drive(m, sh.epoch, rx));
                     }
-                    match tokio::net::TcpListener::from_std(std_listener) {
-                        Ok(l) => server::serve(l, sh, rx).await,
-                        Err(e) => eprintln!("quetta-sim: {e}"),
-                    }
+                    server::serve(listener, sh, rx).await;
                 });
                 rt.shutdown_timeout(Duration::from_millis(100));
             })
