@@ -34,6 +34,7 @@ mod metrics;
 pub mod model;
 mod pooling;
 mod precise;
+#[cfg(feature = "fakes")]
 pub mod providers;
 mod server;
 mod stream;
