@@ -631,13 +631,13 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
         Some((n, k)) => (n.to_owned(), k.to_owned()),
         None => (s.clone(), "api-key".to_owned()),
     });
-    let m = quetta::k8s::Manifest {
+    let mut m = quetta::k8s::Manifest {
         name: a.name.clone(),
         namespace: a.namespace.clone(),
         image,
         shards: n,
         port: a.port,
-        run_args: args,
+        args: Vec::new(),
         cpu: a.cpu.clone(),
         memory: a.memory.clone(),
         results: match &a.results_pvc {
@@ -649,6 +649,17 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
         },
         api_key_secret,
     };
+    // every shard: `run`, the user's flags, and where the shards meet and write
+    let place = [
+        "--shards".to_owned(),
+        n.to_string(),
+        "--coordinator".to_owned(),
+        m.coordinator(),
+        "--output-dir".to_owned(),
+        m.results_dir(),
+        "--overwrite".to_owned(),
+    ];
+    m.args = std::iter::once("run".to_owned()).chain(args).chain(place).collect();
     print!("{}", m.render()?);
     Ok(ExitCode::SUCCESS)
 }

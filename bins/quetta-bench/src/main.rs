@@ -121,6 +121,7 @@ enum WorkloadCmd {
 }
 
 fn main() -> ExitCode {
+    quetta::engine::setting::name_settings(quetta_cli::flag_name);
     // `quetta-bench ... | head` closes stdout early: end quietly, as a shell tool would
     // (141 = 128 + SIGPIPE), instead of printing a panic.
     let default_hook = std::panic::take_hook();

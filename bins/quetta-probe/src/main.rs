@@ -455,6 +455,7 @@ fn gpu(duration: f64, interval_ms: u64, dir: &std::path::Path) -> Result<ExitCod
 }
 
 fn main() -> Result<ExitCode> {
+    quetta::engine::setting::name_settings(quetta_cli::flag_name);
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Gpu { duration, interval_ms, output_dir } => gpu(duration, interval_ms, &output_dir),

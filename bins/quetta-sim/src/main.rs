@@ -264,6 +264,7 @@ fn parse_output_len(s: &str) -> Result<OutputLen> {
 }
 
 fn main() -> Result<std::process::ExitCode> {
+    quetta::engine::setting::name_settings(quetta_cli::flag_name);
     let mut argv = std::env::args_os();
     let sub = std::env::args_os().nth(1);
     if sub.as_ref().is_some_and(|a| a == "predict" || a == "aws") {

@@ -66,7 +66,7 @@ mod inject;
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> std::ffi::c_int {
     eprintln!(
-        "quetta-cupti: built without the `cupti` feature; rebuild with `cargo build --release -p quetta-cupti --features cupti`. No kernels are recorded."
+        "quetta-cupti: built without the `cupti` feature; rebuild it with its `cupti` cargo feature. No kernels are recorded."
     );
     0
 }

@@ -30,6 +30,7 @@
 //!
 //! See `examples/echo_engine.rs` for a custom adapter written against this crate alone.
 
+pub mod setting;
 pub mod stream;
 pub mod testing;
 

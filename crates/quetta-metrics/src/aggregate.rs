@@ -441,8 +441,9 @@ impl ClientOverhead {
             ));
         }
         Some(format!(
-            "the client set the pace: {}; latencies are still stamped at arrival, but the load is lower than planned. Give it more --threads, fewer streams per client process, or split the load across shards",
-            why.join(", ")
+            "the client set the pace: {}; latencies are still stamped at arrival, but the load is lower than planned. Give it more {}, fewer streams per client process, or split the load across shards",
+            why.join(", "),
+            quetta_engine::setting::Setting::Threads
         ))
     }
 }

@@ -508,11 +508,13 @@ pub async fn herd(
         client_ttft_max_ms: finite(max),
         server_ttft_mean_ms: server_ttft,
         server_ttft_from: if server_ttft.is_some() {
-            "server TTFT histogram delta"
+            "server TTFT histogram delta".into()
         } else {
-            "not available (no --metrics-url or no TTFT histogram)"
-        }
-        .into(),
+            format!(
+                "not available (no {} or no TTFT histogram)",
+                quetta_engine::setting::Setting::MetricsUrl
+            )
+        },
     };
     Ok(ProbeOutput {
         header: vec!["request", "ttft_ms", "cached_tokens"],

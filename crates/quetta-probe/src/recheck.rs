@@ -203,7 +203,8 @@ pub async fn recheck(
 fn length_warning(calibrated: Option<u32>, asked: u32) -> Option<String> {
     calibrated.filter(|&c| c != asked).map(|c| {
         format!(
-            "these requests decode {asked} tokens, the calibration's decode probe {c}: a request's first gaps after its prefill are slower than the rest, so the decode factor is biased (recheck with --decode-tokens {c})"
+            "these requests decode {asked} tokens, the calibration's decode probe {c}: a request's first gaps after its prefill are slower than the rest, so the decode factor is biased (recheck with {} {c})",
+            quetta_engine::setting::Setting::DecodeTokens
         )
     })
 }

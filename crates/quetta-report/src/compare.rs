@@ -328,7 +328,7 @@ impl CompareSide {
         let where_ = path.display();
         if v.itls.len() != n || v.output_lens.len() != n {
             return Err(ReportError::Invalid(format!(
-                "{where_}: ttfts, itls and output_lens must have one entry per request ({n}, {}, {}): save it with --save-detailed",
+                "{where_}: ttfts, itls and output_lens must have one entry per request ({n}, {}, {}): save it with vLLM's save-detailed option",
                 v.itls.len(),
                 v.output_lens.len()
             )));
@@ -462,7 +462,7 @@ fn vllm_notes(sides: [&CompareSide; 2]) -> Vec<String> {
     notes.push(format!(
         "{named}: its settings, machine and engine are not in the file, so they are not compared"
     ));
-    notes.push("where vllm bench serve wrote the file (not Quetta's --save-result): vLLM's TTFT and E2E count from before its HTTP call (connection setup and its event loop included) and are stamped after a chunk is read and decoded; Quetta's count from the request's first byte written and are stamped when the bytes arrived: expect vLLM's to be higher by its client's overhead, not the server's".into());
+    notes.push("where vllm bench serve wrote the file (not Quetta's export in vLLM's format): vLLM's TTFT and E2E count from before its HTTP call (connection setup and its event loop included) and are stamped after a chunk is read and decoded; Quetta's count from the request's first byte written and are stamped when the bytes arrived: expect vLLM's to be higher by its client's overhead, not the server's".into());
     notes.push("itl_request_mean_ms is each request's mean gap on both sides; vLLM's own mean_itl_ms pools every gap (Quetta's itl_ms) and its TPOT counts output tokens by its own tokenizer, Quetta's from the server's usage".into());
     if sides.iter().any(|s| s.vllm.as_ref().is_some_and(|v| !v.had_latencies)) {
         notes.push("a vLLM file without per-request latencies: its E2E is TTFT + the sum of its inter-token gaps".into());

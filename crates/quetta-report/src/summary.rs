@@ -813,7 +813,7 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
     if m.retried_requests > 0 {
         let _ = writeln!(
             s,
-            "retried    {} requests needed {} extra attempts (--retries)",
+            "retried    {} requests needed {} extra attempts (retries allowed)",
             m.retried_requests, m.retry_attempts
         );
     }

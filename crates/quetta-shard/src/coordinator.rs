@@ -272,7 +272,7 @@ async fn handshake(
     {
         let mut st = lock(state);
         let why = if count != st.cfg.count {
-            Some(format!("shard {index} was started as one of {count} shards, shard 0 as one of {}: give every shard the same --shards", st.cfg.count))
+            Some(format!("shard {index} was started as one of {count} shards, shard 0 as one of {}: give every shard the same shard count", st.cfg.count))
         } else if fingerprint != st.cfg.fingerprint {
             Some(format!("shard {index}'s plan differs from shard 0's (plan {fingerprint} against {}): start every shard with the same run flags", st.cfg.fingerprint))
         } else if index >= count {

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
+use quetta_engine::setting::Setting;
 use quetta_engine::{
     Delta, Engine, EngineError, EngineRequest, EventKind, EventStream, Message, Prompt,
 };
@@ -106,7 +107,7 @@ pub enum VertexError {
     Build(#[from] quetta_http::BuildError),
     #[error("invalid URL {url:?}: {reason}")]
     Url { url: String, reason: String },
-    #[error("--vertex-api {api} needs --vertex-endpoint-id")]
+    #[error("{} {api} needs {}", Setting::VertexApi, Setting::VertexEndpointId)]
     NeedsEndpointId { api: &'static str },
 }
 

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use quetta_engine::setting::Setting;
+
 use crate::trace::{parse_azure, parse_mooncake, TraceRequest};
 use crate::WorkloadError;
 
@@ -53,13 +55,15 @@ impl Profile {
     }
 
     /// How requests arrive unless the command line says otherwise.
-    pub fn arrival(&self) -> &'static str {
+    pub fn arrival(&self) -> String {
         match self.source {
-            Source::Synthetic => "as given (--concurrency or --request-rate)",
-            Source::ChatMultiturn | Source::AgentMultiturn | Source::MtBench2Turn => {
-                "--session-concurrency or --session-rate"
+            Source::Synthetic => {
+                format!("as given ({} or {})", Setting::Concurrency, Setting::RequestRate)
             }
-            _ => "trace timestamps (--trace-speed)",
+            Source::ChatMultiturn | Source::AgentMultiturn | Source::MtBench2Turn => {
+                format!("{} or {}", Setting::SessionConcurrency, Setting::SessionRate)
+            }
+            _ => format!("trace timestamps ({})", Setting::TraceSpeed),
         }
     }
 

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use quetta_engine::setting::Setting as S;
+
 use crate::dataset::{load_jsonl, load_sharegpt, load_text, DatasetWorkload, Filters};
 use crate::distribution::{DistWorkload, Distribution};
 use crate::prefetch::Prefetched;
@@ -519,28 +521,39 @@ impl WorkloadSpec {
             );
         }
         if self.stress && !matches!(self.source, Source::Synthetic) {
-            return bad("stress mode", "it builds its own unique random-token prompts: drop --sessions, --trace, --dataset, --workload and multi-turn or trace profiles");
+            return bad("stress mode", &format!("it builds its own unique random-token prompts: drop {}, {}, {}, {} and multi-turn or trace profiles", S::Sessions, S::Trace, S::Dataset, S::Distribution));
         }
         let shaped = [self.range_ratio, self.input_range_ratio, self.output_range_ratio]
             .iter()
             .any(|r| r.is_some_and(|r| r > 0.0))
             || self.prefix_len.unwrap_or(0) > 0;
         if shaped && !matches!(self.source, Source::Synthetic) {
-            return bad("random range ratio and prefix", "they shape synthetic (random) prompts: drop --dataset, --trace, --sessions, --workload and --profile, or the range ratio and prefix");
+            return bad("random range ratio and prefix", &format!("they shape synthetic (random) prompts: drop {}, {}, {}, {} and {}, or the range ratio and prefix", S::Dataset, S::Trace, S::Sessions, S::Distribution, S::Profile));
         }
         if self.stress && self.prefix_len.unwrap_or(0) > 0 {
             return bad("random prefix", "stress mode makes every prompt unique from its first token: a shared prefix contradicts it");
         }
         if self.token_ids && self.chat {
-            return bad("token ids", "--token-ids needs --endpoint completions (chat takes text)");
+            return bad(
+                "token ids",
+                &format!(
+                    "{} needs the completions endpoint ({}; chat takes text)",
+                    S::TokenIds,
+                    S::Endpoint
+                ),
+            );
         }
         if self.token_ids && self.tokenizer.is_none() {
-            return bad("token ids", "--token-ids needs --tokenizer");
+            return bad("token ids", &format!("{} needs {}", S::TokenIds, S::Tokenizer));
         }
         if self.vision.is_some() && (!self.chat || multiturn) {
             return bad(
                 "vision",
-                "--modality vision needs --endpoint chat and single-turn requests",
+                &format!(
+                    "vision prompts ({}) need the chat endpoint ({}) and single-turn requests",
+                    S::Modality,
+                    S::Endpoint
+                ),
             );
         }
         for (name, v) in
@@ -639,10 +652,10 @@ impl WorkloadSpec {
                     ));
                 }
                 if tokenizer.is_none() {
-                    notes.push(
-                        "no --tokenizer: dataset prompt lengths are counted as words (an estimate)"
-                            .into(),
-                    );
+                    notes.push(format!(
+                        "no {}: dataset prompt lengths are counted as words (an estimate)",
+                        S::Tokenizer
+                    ));
                 }
                 Box::new(w)
             }
@@ -651,9 +664,9 @@ impl WorkloadSpec {
                 spec.validate()?;
                 match (tokenizer, self.stress) {
                     (t, true) => {
-                        notes.push("stress mode: every prompt is unique from its first word (its first token with --tokenizer), so a prefix cache has next to nothing to serve, and ignore_eos with min_tokens = max_tokens asks for exactly the planned output length".into());
+                        notes.push(format!("stress mode: every prompt is unique from its first word (its first token with {}), so a prefix cache has next to nothing to serve, and ignore_eos with min_tokens = max_tokens asks for exactly the planned output length", S::Tokenizer));
                         if self.chat {
-                            notes.push("stress mode on the chat endpoint: the server's chat template puts the same tokens before every prompt, which it may serve from cache (about 25 tokens per request on llama.cpp with SmolLM2); --endpoint completions leaves nothing shared".into());
+                            notes.push(format!("stress mode on the chat endpoint: the server's chat template puts the same tokens before every prompt, which it may serve from cache (about 25 tokens per request on llama.cpp with SmolLM2); the completions endpoint ({}) leaves nothing shared", S::Endpoint));
                         }
                         let exact = t.is_some() && !self.token_ids;
                         built_ahead(StressWorkload::new(spec, t, self.token_ids), exact)
@@ -679,10 +692,10 @@ impl WorkloadSpec {
         w.token_ids = self.token_ids;
         built.times = Some(Times::Trace(w.offsets(self.replay_speed)));
         if exact && !self.token_ids {
-            built.notes.push("trace prompts are decoded token blocks: the server's re-tokenisation can merge tokens at block edges (a token or two per block); --token-ids on the completions endpoint sends the exact blocks".into());
+            built.notes.push(format!("trace prompts are decoded token blocks: the server's re-tokenisation can merge tokens at block edges (a token or two per block); {} on the completions endpoint sends the exact blocks", S::TokenIds));
         }
         if !exact {
-            built.notes.push("no --tokenizer: trace prompts are built from words, one per intended token (exact for the simulator, an estimate for real servers)".into());
+            built.notes.push(format!("no {}: trace prompts are built from words, one per intended token (exact for the simulator, an estimate for real servers)", S::Tokenizer));
         }
         Box::new(w)
     }
@@ -720,19 +733,21 @@ impl WorkloadSpec {
             max_turns: self.max_turns,
         };
         let list: Vec<Session> = match &self.source {
-            Source::Sessions { path, format, .. } => match format {
-                SessionFormat::Sharegpt => load_sessions_sharegpt(path, opts)?,
-                SessionFormat::TurnsJsonl => load_turns_jsonl(path, opts)?,
-                SessionFormat::Synth => {
-                    let spec = SessionSynthSpec::load(path)?;
-                    notes.extend(spec.warnings(path));
-                    if tokenizer.is_none() {
-                        notes.push("no --tokenizer: synthesised turn lengths are counted as words (an estimate)".into());
+            Source::Sessions { path, format, .. } => {
+                match format {
+                    SessionFormat::Sharegpt => load_sessions_sharegpt(path, opts)?,
+                    SessionFormat::TurnsJsonl => load_turns_jsonl(path, opts)?,
+                    SessionFormat::Synth => {
+                        let spec = SessionSynthSpec::load(path)?;
+                        notes.extend(spec.warnings(path));
+                        if tokenizer.is_none() {
+                            notes.push(format!("no {}: synthesised turn lengths are counted as words (an estimate)", S::Tokenizer));
+                        }
+                        let source = Box::new(SessionSynth::new(spec, self.seed, tokenizer));
+                        return Ok(BuiltSessions { source, distinct: None, starts: None });
                     }
-                    let source = Box::new(SessionSynth::new(spec, self.seed, tokenizer));
-                    return Ok(BuiltSessions { source, distinct: None, starts: None });
                 }
-            },
+            }
             Source::Profile { name, .. } => {
                 profiles::find(name)?.sessions(opts)?.unwrap_or_default()
             }

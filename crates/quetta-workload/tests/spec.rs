@@ -28,7 +28,7 @@ fn a_trace_brings_its_times_sped_up_and_its_whole_length() {
     assert!((times[5].as_secs_f64() * 1e3 - t5).abs() < 0.01, "{:?} vs {t5} ms", times[5]);
     let p = b.requests().unwrap().request(5).unwrap();
     assert_eq!(u64::from(p.input_tokens), first["input_length"].as_u64().unwrap());
-    assert!(b.notes.iter().any(|n| n.contains("no --tokenizer")), "{:?}", b.notes);
+    assert!(b.notes.iter().any(|n| n.contains("no WorkloadSpec.tokenizer")), "{:?}", b.notes);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn combinations_that_change_the_benchmark_are_refused() {
     let slow = WorkloadSpec { replay_speed: 0.0, ..WorkloadSpec::default() };
     for (spec, want) in [
         (stress_trace, "stress"),
-        (chat_ids, "--endpoint completions"),
+        (chat_ids, "needs the completions endpoint (Target.protocol"),
         (vision_sessions, "single-turn"),
         (slow, "replay speed"),
     ] {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quetta_engine::setting::Setting as S;
 use quetta_engine::{RequestParams, Sampling, Timeouts};
 use quetta_loadgen::{
     History, JsonlSink, RunConfig, RunControl, RunOutcome, Runner, SessionConfig, ThinkTime, Work,
@@ -394,15 +395,16 @@ impl Benchmark {
             return Err(Error::config("the number of sessions must be at least 1"));
         }
         if self.workload.vision.is_some() && !self.target.takes_images() {
-            return Err(Error::config("--modality vision needs a target that takes images (SageMaker: --sagemaker-payload openai; Vertex: --vertex-api gemini or openai)"));
+            return Err(Error::config(format!("vision prompts ({}) need a target that takes images (SageMaker: {} openai; Vertex: {} gemini or openai)", S::Modality, S::SagemakerPayload, S::VertexApi)));
         }
         if self.reset_prefix_cache.is_some()
             && self.target.base_url().is_none()
             && !self.target.is_simulator()
         {
-            return Err(Error::config(
-                "--reset-prefix-cache needs a server's own endpoint; managed endpoints have none",
-            ));
+            return Err(Error::config(format!(
+                "{} needs a server's own endpoint; managed endpoints have none",
+                S::ResetPrefixCache
+            )));
         }
         let kind = self.target.request_kind();
         if let Some(o) = self.slos.iter().flat_map(|s| &s.0).find(|o| !o.metric.applies_to(kind)) {
@@ -413,7 +415,10 @@ impl Benchmark {
         }
         for p in &self.percentiles {
             if !(*p > 0.0 && *p < 100.0) {
-                return Err(Error::config(format!("--percentiles: {p} is not between 0 and 100")));
+                return Err(Error::config(format!(
+                    "{}: {p} is not between 0 and 100",
+                    S::Percentiles
+                )));
             }
         }
         Ok(())

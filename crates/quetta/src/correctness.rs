@@ -157,7 +157,11 @@ impl Correctness {
     /// Ask, and count the wrong answers (up to 5 examples of them).
     pub async fn run(&self) -> Result<CorrectnessReport> {
         if self.requests == 0 || self.concurrency == 0 {
-            return Err(Error::config("--num-requests and --concurrency must be at least 1"));
+            return Err(Error::config(format!(
+                "{} and {} must be at least 1",
+                quetta_engine::setting::Setting::NumRequests,
+                quetta_engine::setting::Setting::Concurrency
+            )));
         }
         let c = self.target.connect().await?;
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);

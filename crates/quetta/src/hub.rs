@@ -25,7 +25,7 @@ pub async fn ensure_tokenizer(spec: Option<&str>) -> Result<()> {
     let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty());
     let bytes = quetta_http::fetch::get(&url, token.as_deref(), Duration::from_secs(30), 64 << 20)
         .await
-        .map_err(|e| Error::Target(format!("--tokenizer {spec}: not in the local Hugging Face cache, and downloading {url} failed ({e}); offline? give a tokenizer.json path")))?;
+        .map_err(|e| Error::Target(format!("{} {spec}: not in the local Hugging Face cache, and downloading {url} failed ({e}); offline? give a tokenizer.json path", quetta_engine::setting::Setting::Tokenizer)))?;
     let cache = hf_cache_dir()
         .ok_or_else(|| Error::config("no cache directory for the tokenizer (set HF_HOME)"))?;
     let (org, name) =
@@ -38,6 +38,9 @@ pub async fn ensure_tokenizer(spec: Option<&str>) -> Result<()> {
     let file = dir.join("tokenizer.json");
     std::fs::write(&file, &bytes).map_err(|e| werr(&file, e))?;
     Tokenizer::from_file(&file).map(|_| ()).map_err(|e| {
-        Error::config(format!("--tokenizer {spec}: the downloaded file does not load: {e}"))
+        Error::config(format!(
+            "{} {spec}: the downloaded file does not load: {e}",
+            quetta_engine::setting::Setting::Tokenizer
+        ))
     })
 }

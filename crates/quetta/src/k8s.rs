@@ -19,8 +19,11 @@ pub struct Manifest {
     pub shards: u32,
     /// The rendezvous port on shard 0.
     pub port: u16,
-    /// `quetta-bench run` flags every shard gets (the shard flags are added).
-    pub run_args: Vec<String>,
+    /// The container's arguments, the same for every shard (the pod's `JOB_COMPLETION_INDEX`
+    /// says which shard it is): the program's command line for one shard of
+    /// [`Manifest::shards`], meeting at [`Manifest::coordinator`] and writing to
+    /// [`Manifest::results_dir`]. The caller renders them; the manifest adds none.
+    pub args: Vec<String>,
     pub cpu: String,
     pub memory: String,
     pub results: Results,
@@ -212,7 +215,7 @@ fn check_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::config(format!("--name {name:?}: a Kubernetes name is lower-case letters, digits and '-', starting with a letter, at most 52 characters")))
+        Err(Error::config(format!("{} {name:?}: a Kubernetes name is lower-case letters, digits and '-', starting with a letter, at most 52 characters", quetta_engine::setting::Setting::JobName)))
     }
 }
 
@@ -231,7 +234,10 @@ impl Manifest {
     pub fn render(&self) -> Result<String> {
         check_name(&self.name)?;
         if self.shards == 0 {
-            return Err(Error::config("--shards must be at least 1"));
+            return Err(Error::config(format!(
+                "{} must be at least 1",
+                quetta_engine::setting::Setting::Shards
+            )));
         }
         let labels: BTreeMap<String, String> = [
             ("app.kubernetes.io/name".to_owned(), "quetta".to_owned()),
@@ -290,17 +296,7 @@ impl Manifest {
         labels: BTreeMap<String, String>,
         claim: String,
     ) -> Object<JobSpec> {
-        let mut args = vec!["run".to_owned()];
-        args.extend(self.run_args.iter().cloned());
-        args.extend([
-            "--shards".to_owned(),
-            self.shards.to_string(),
-            "--coordinator".to_owned(),
-            self.coordinator(),
-            "--output-dir".to_owned(),
-            self.results_dir(),
-            "--overwrite".to_owned(),
-        ]);
+        let args = self.args.clone();
         let env = self
             .api_key_secret
             .iter()

@@ -125,7 +125,10 @@ impl Load {
             }
             Load::Recorded { max_concurrency } => {
                 let offsets = starts.ok_or_else(|| {
-                    Error::config("--pacing recorded: every session of the file needs a start_ms")
+                    Error::config(format!(
+                        "{} recorded: every session of the file needs a start_ms",
+                        quetta_engine::setting::Setting::Pacing
+                    ))
                 })?;
                 (Pacing::Scheduled { offsets: Arc::new(offsets) }, *max_concurrency)
             }

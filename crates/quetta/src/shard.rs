@@ -120,10 +120,14 @@ impl Joined {
             let out = out.ok_or_else(|| {
                 Error::config("shard 0 writes the merged run: give it an output directory")
             })?;
-            let port = addr
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .ok_or_else(|| Error::config(format!("--coordinator {addr}: give HOST:PORT")))?;
+            let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).ok_or_else(
+                || {
+                    Error::config(format!(
+                        "{} {addr}: give HOST:PORT",
+                        quetta_engine::setting::Setting::Coordinator
+                    ))
+                },
+            )?;
             let bind = s.bind.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], port)));
             let c = Coordinator::start(CoordinatorConfig {
                 bind,

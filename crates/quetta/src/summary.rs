@@ -1,6 +1,7 @@
 //! Putting a run's summary together: the settings it records, its target, and the notes a
 //! reader must see (each derived from the run's own figures).
 
+use quetta_engine::setting::Setting as S;
 use quetta_loadgen::{Pacing, RunConfig, RunOutcome, SessionConfig};
 use quetta_metrics::{GpuReport, MetricsSummary, ServerReport};
 use quetta_report::{RunSettings, SessionSettings, SessionsSummary, SimSettings, Summary, Target};
@@ -256,7 +257,7 @@ fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
                     if b.workload.chat { "" } else { " (e.g. BOS)" }
                 )
             } else {
-                format!("the server counted {d:+.1} prompt tokens per request beyond the planned (estimated) length; pass --tokenizer for exact lengths")
+                format!("the server counted {d:+.1} prompt tokens per request beyond the planned (estimated) length; pass {} for exact lengths", S::Tokenizer)
             });
         }
     }
@@ -302,7 +303,7 @@ fn run_notes(o: &RunOutcome, notes: &mut Vec<String>) {
         ));
     }
     if o.stopped_on_saturation {
-        notes.push("stopped early (--stop-on-saturation): requests in flight kept rising, the server cannot keep up with this load".into());
+        notes.push(format!("stopped early ({}): requests in flight kept rising, the server cannot keep up with this load", S::StopOnSaturation));
     }
     if o.steadiness.as_ref().is_some_and(|s| s.over_saturated) {
         notes.push("over-saturated: requests in flight rose from the first to the second half of the run; latencies grow with the run's length, not only with the load".into());
@@ -360,7 +361,8 @@ pub(crate) fn assemble(
     }
     if let Some(r) = server.as_ref().filter(|r| r.scrapes == 0) {
         notes.push(format!(
-            "--server-metrics: no scrape of {} succeeded: {}",
+            "{}: no scrape of {} succeeded: {}",
+            S::ServerMetrics,
             r.url,
             r.last_error.clone().unwrap_or_default()
         ));

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use quetta_engine::setting::Setting as S;
 use quetta_metrics::SloSet;
 use quetta_report::{RunDir, SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 
@@ -406,14 +407,19 @@ impl SloSearch {
 
     fn check(&self) -> Result<()> {
         if self.objectives.has_per_request() || self.objectives.0.is_empty() {
-            return Err(Error::config("an SLO search needs run-level objectives with a percentile, e.g. --slo ttft:p99<500ms,tpot:p99<40ms"));
+            return Err(Error::config(format!("an SLO search needs run-level objectives with a percentile, e.g. {} ttft:p99<500ms,tpot:p99<40ms", S::Slo)));
         }
         if !(self.tolerance > 0.0
             && self.tolerance < 1.0
             && self.start > 0.0
             && self.start <= self.max)
         {
-            return Err(Error::config("--tolerance must be in (0, 1) and 0 < --start <= --max"));
+            return Err(Error::config(format!(
+                "{} must be in (0, 1) and 0 < {} <= {}",
+                S::SearchTolerance,
+                S::SearchStart,
+                S::SearchMax
+            )));
         }
         Ok(())
     }
@@ -546,7 +552,11 @@ impl SloSearch {
             ));
         }
         if lo.is_none() && failed.is_none() {
-            notes.push(format!("the first probe ({}) already failed: lower --start", self.start));
+            notes.push(format!(
+                "the first probe ({}) already failed: lower {}",
+                self.start,
+                S::SearchStart
+            ));
         }
         if self.base.control.stopped() {
             notes.push(format!("stopped after {} probes", probes.len()));

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quetta_engine::setting::Setting as S;
 use quetta_engine::{Engine, EngineError, EngineRequest, Message, Prompt, RequestParams};
 #[cfg(any(feature = "aws", feature = "vertex"))]
 use quetta_http::TransportConfig;
@@ -428,13 +429,14 @@ impl Target {
         Ok(match (given, listing) {
             (None, Some(Ok(list))) => (
                 list.into_iter().next().ok_or_else(|| {
-                    Error::Target("no --model given and /v1/models lists no model".into())
+                    Error::Target(format!("no {} given and /v1/models lists no model", S::Model))
                 })?,
                 true,
             ),
             (None, Some(Err(e))) => {
                 return Err(Error::Target(format!(
-                    "no --model given and GET {base_url}/v1/models failed: {}",
+                    "no {} given and GET {base_url}/v1/models failed: {}",
+                    S::Model,
                     preflight_reason(&e)
                 )))
             }
@@ -485,7 +487,8 @@ impl Target {
         let base_url = mapped.as_str();
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(Error::config(format!(
-                "--base-url {base_url:?} must start with http:// or https://{}",
+                "{} {base_url:?} must start with http:// or https://{}",
+                S::BaseUrl,
                 if grpc { " (or grpc://, grpcs://)" } else { "" }
             )));
         }
@@ -634,9 +637,10 @@ impl Target {
             (None, VertexApi::Predict) => c.endpoint_id.clone().unwrap_or_default(),
             (None, _) if !c.model.is_empty() => c.model.clone(),
             (None, _) => {
-                return Err(Error::config(
-                    "--backend vertex needs --model (e.g. gemini-2.0-flash-001)",
-                ))
+                return Err(Error::config(format!(
+                    "Vertex AI needs a model ({}, e.g. gemini-2.0-flash-001)",
+                    S::Model
+                )))
             }
         };
         c.transport = self.transport();
@@ -803,15 +807,17 @@ async fn one_preflight(engine: &dyn Engine, base_url: &str, req: EngineRequest) 
     let run = quetta_loadgen::execute(engine, req, 1, now, now, now);
     let o = tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await.map_err(|_| {
         Error::Target(format!(
-            "pre-flight: {base_url} gave no answer to a one-token request within {} s (give --no-preflight to skip the check)",
-            PREFLIGHT_TIMEOUT.as_secs()
+            "pre-flight: {base_url} gave no answer to a one-token request within {} s (skip the check with {})",
+            PREFLIGHT_TIMEOUT.as_secs(),
+            S::Preflight
         ))
     })?;
     match &o.error {
         None => Ok(()),
         Some(e) => Err(Error::Target(format!(
-            "pre-flight: a one-token request to {base_url} failed: {} (give --no-preflight to skip the check)",
-            preflight_reason(e)
+            "pre-flight: a one-token request to {base_url} failed: {} (skip the check with {})",
+            preflight_reason(e),
+            S::Preflight
         ))),
     }
 }

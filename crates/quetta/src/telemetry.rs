@@ -31,7 +31,12 @@ pub(crate) fn reset_hook(c: &Connected, path: &str) -> BeforeMeasured {
             quetta_http::fetch::post_empty(&url, key.as_deref(), insecure, Duration::from_secs(30))
                 .await
                 .map(|_| ())
-                .map_err(|e| format!("--reset-prefix-cache: POST {url} failed: {e}"))
+                .map_err(|e| {
+                    format!(
+                        "{}: POST {url} failed: {e}",
+                        quetta_engine::setting::Setting::ResetPrefixCache
+                    )
+                })
         })
     }))
 }

@@ -164,7 +164,9 @@ fn no_output_directory_for_a_benchmark_that_cannot_run() {
     w.token_ids = true;
     w.tokenizer = Some(fixtures().join("tokenizers/gpt2/tokenizer.json").display().to_string());
     let e = quick(3).workload(w).output_dir(&d).run_blocking().unwrap_err();
-    assert!(e.to_string().contains("--endpoint completions"), "{e}");
+    // the library names its own settings (the binary, its flags)
+    let want = "WorkloadSpec.token_ids needs the completions endpoint (Target.protocol";
+    assert!(e.to_string().contains(want), "{e}");
     // a server that is not there: the model list fails before anything is written
     let e = Benchmark::new(Target::openai("http://127.0.0.1:9"))
         .requests(2)
@@ -248,9 +250,9 @@ fn the_preflight_learns_the_servers_habit_before_the_measured_requests() {
     let r = Benchmark::new(t).load(Load::closed(8)).requests(40).output_dir(&d).run_blocking();
     assert_eq!(r.unwrap().summary.metrics.completed, 40);
     let recs = lines(&d.join("requests.jsonl"));
-    // the pre-flight's second request went over its first's connection, left in the pool
-    // and taken by one request of the first wave: 1 + 32 reused (34 had it opened another)
-    assert_eq!(recs.iter().filter(|r| r["connection_reused"] == true).count(), 33);
+    // every request after the first wave reused a connection (a request of the first wave
+    // may also take the pre-flight's, when it is back in the pool by then)
+    assert!(recs.iter().filter(|r| r["connection_reused"] == true).count() >= 32);
     let waited = waited_on_reuse(&recs);
     assert!(waited.is_empty(), "reused connections waited: {waited:?}");
     let _ = std::fs::remove_dir_all(&d);
@@ -297,7 +299,7 @@ fn steady_load_and_stop_on_saturation() {
     assert!(r.summary.steady_state.as_ref().unwrap().over_saturated);
     assert!(r.summary.partial);
     assert!(
-        r.summary.notes.iter().any(|n| n.contains("--stop-on-saturation")),
+        r.summary.notes.iter().any(|n| n.contains("(Benchmark.stop_on_saturation)")),
         "{:?}",
         r.summary.notes
     );
