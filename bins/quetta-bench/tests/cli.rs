@@ -771,7 +771,9 @@ fn compare_takes_a_vllm_result_file_on_either_side() {
     let o = run(&["compare", bad.to_str().unwrap(), cand.to_str().unwrap()]);
     let t = text(&o);
     assert!(
-        !o.status.success() && t.contains("summary-only.json") && t.contains("save-detailed option"),
+        !o.status.success()
+            && t.contains("summary-only.json")
+            && t.contains("save-detailed option"),
         "{t}"
     );
 }
