@@ -415,7 +415,10 @@ mod tests {
         assert_eq!(length_warning(None, 32), None);
         assert_eq!(length_warning(Some(48), 48), None);
         let w = length_warning(Some(48), 32).expect("32 against 48 tokens");
-        assert!(w.contains("decode 32 tokens") && w.contains("RecheckOptions.decode_tokens 48"), "{w}");
+        assert!(
+            w.contains("decode 32 tokens") && w.contains("RecheckOptions.decode_tokens 48"),
+            "{w}"
+        );
         // an embedder's defaults for a model decode as its calibration did, else 32
         let mut m: ServerModel =
             serde_json::from_str(include_str!("../../../fixtures/twin/llama-smollm2-4slots.json"))
