@@ -44,6 +44,7 @@ pub mod k8s;
 mod load;
 mod plan;
 mod predict;
+mod preflight;
 pub mod protocol_cost;
 mod shard;
 mod summary;
