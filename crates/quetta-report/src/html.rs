@@ -321,7 +321,7 @@ pub fn sweep_charts(s: &SweepData) -> Vec<Chart> {
 
 fn metric_table_html(s: &mut String, sum: &crate::Summary) {
     s.push_str("<table><tr><th>latency (ms)</th><th>count</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>");
-    for (name, st) in crate::summary::latency_rows(sum) {
+    for (name, st) in crate::terminal::latency_rows(sum) {
         let _ = write!(
             s,
             "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -351,7 +351,7 @@ fn config_table(s: &mut String, sum: &Summary) {
                 s,
                 "<tr><td>{}</td><td>{}</td></tr>",
                 esc(k),
-                esc(&crate::summary::setting_text(v))
+                esc(&crate::terminal::setting_text(v))
             );
         }
     }

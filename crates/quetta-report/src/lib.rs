@@ -22,6 +22,7 @@ pub mod parquet;
 pub mod pdf;
 mod summary;
 mod sweep;
+mod terminal;
 
 pub use compare::{
     compare, compare_sides, CompareOptions, CompareReport, CompareSide, MetricComparison,
@@ -32,12 +33,14 @@ pub use dir::{
 };
 pub use merge::{merge, MergeOptions};
 pub use summary::{
-    error_lines, failed_label, metric_table, partial_label, render_summary, turn_table,
-    verdict_line, workload_failed, ClientStats, Host, RunSettings, SessionSettings,
-    SessionsSummary, ShardResult, ShardRun, ShardsSummary, SimSettings, Summary, Target,
-    PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun,
+    ShardsSummary, SimSettings, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
+pub use terminal::{
+    error_lines, failed_label, metric_table, partial_label, render_summary, turn_table,
+    verdict_line, workload_failed,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -169,7 +169,7 @@ fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
             .iter()
             .map(|s| (*s).to_owned())
             .collect::<Vec<_>>()];
-    for (name, st) in crate::summary::latency_rows(&r.summary) {
+    for (name, st) in crate::terminal::latency_rows(&r.summary) {
         rows.push(vec![
             name.into(),
             st.count.to_string(),
@@ -197,7 +197,7 @@ fn config_lines(p: &mut Page, r: &RunData) {
         let items: Vec<String> = o
             .iter()
             .filter(|(_, v)| !v.is_null())
-            .map(|(k, v)| format!("{k}: {}", crate::summary::setting_text(v)))
+            .map(|(k, v)| format!("{k}: {}", crate::terminal::setting_text(v)))
             .collect();
         for chunk in items.chunks(3) {
             p.line(&chunk.join("    "), 8.0);

@@ -117,7 +117,7 @@ impl SweepStep {
 
     /// `PARTIAL: 6 of 100 planned` for a step cut short, as the table and the reports say.
     pub fn partial_label(&self) -> Option<String> {
-        self.partial.then(|| crate::summary::cut_short(self.completed + self.failed, self.planned))
+        self.partial.then(|| crate::terminal::cut_short(self.completed + self.failed, self.planned))
     }
 
     /// What the step produced per second, as the reports' peak line says it: output
