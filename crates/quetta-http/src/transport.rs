@@ -10,6 +10,9 @@
 //! [`BodyDecoder`] turns body bytes into events (OpenAI SSE, Gemini SSE, the AWS event
 //! stream, JSON lines). An adapter builds its request, signs it, and hands both to
 //! [`Transport::stream`].
+//!
+//! Over 800 lines on purpose: the response state machine (stamp, decode, end, drain,
+//! resend) is one piece whose states must be read together.
 
 use std::collections::VecDeque;
 use std::future::Future;

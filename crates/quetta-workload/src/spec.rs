@@ -2,6 +2,10 @@
 //! [`WorkloadSpec::build`] that turns it into requests (or sessions) for a run and for a dry
 //! run alike.
 //!
+//! Over 800 lines on purpose: the spec, its validation and the build of every source
+//! are one reading, so that each refusal sits beside the source it guards; the sources'
+//! own code lives in their modules.
+//!
 //! ```
 //! use quetta_workload::spec::{Limits, WorkloadSpec};
 //!
