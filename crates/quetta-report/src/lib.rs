@@ -33,8 +33,9 @@ pub use dir::{
 };
 pub use merge::{merge, MergeOptions};
 pub use summary::{
-    ClientStats, Host, RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun,
-    ShardsSummary, SimSettings, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, RunSettings,
+    SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary, SimSettings, Summary,
+    Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 pub use terminal::{

@@ -9,6 +9,73 @@ use serde::{Deserialize, Serialize};
 /// both.
 pub const SCHEMA_VERSION: u32 = 2;
 
+/// How a run sent its requests (`load` of the settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LoadKind {
+    /// A closed loop (also sessions in lock-step groups).
+    #[default]
+    Closed,
+    /// An open loop at a rate.
+    Open,
+    /// The workload's own times (a trace, a fitted distribution).
+    Trace,
+    /// Multi-turn sessions.
+    Sessions,
+}
+
+/// An open loop's arrival process (`arrival` of the settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ArrivalKind {
+    Poisson,
+    Gamma,
+    Constant,
+    Ramp,
+    Bursts,
+}
+
+/// What the prompts are (`mode` of the settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Mode {
+    #[default]
+    Normal,
+    /// Every prompt unique from its first token, exactly the planned output length.
+    Stress,
+}
+
+/// How sessions were paced (`sessions.pacing` of the settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PacingKind {
+    /// A fixed number of sessions at a time, each turn after the last reply.
+    #[default]
+    PerSession,
+    /// Sessions in lock-step groups.
+    Interleaved,
+    /// The sessions' recorded start times.
+    Recorded,
+    /// New sessions at a rate.
+    Open,
+}
+
+/// What a session's later turns carry as history (`sessions.history` of the settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HistoryKind {
+    /// The engine's own replies.
+    #[default]
+    Engine,
+    /// The replies the session file recorded.
+    Recorded,
+}
+
 /// The JSON Schema of `summary.json`.
 pub const SUMMARY_SCHEMA: &str = include_str!("../../../docs/schema/summary.schema.json");
 
@@ -21,12 +88,12 @@ pub struct RunSettings {
     /// `chat` or `completions`.
     pub endpoint: String,
     pub model: String,
-    /// `closed`, `open` or `trace` (the workload's own times), `sessions` for multi-turn runs.
-    pub load: String,
+    /// How requests were sent.
+    pub load: LoadKind,
     pub concurrency: Option<usize>,
     pub request_rate: Option<f64>,
-    /// `poisson`, `gamma`, `constant`, `ramp` or `bursts` (open loops).
-    pub arrival: Option<String>,
+    /// The arrival process of an open loop.
+    pub arrival: Option<ArrivalKind>,
     pub trace: Option<String>,
     pub dataset: Option<String>,
     pub trace_speed: Option<f64>,
@@ -63,8 +130,7 @@ pub struct RunSettings {
     pub extra_header_names: Vec<String>,
     /// The embedded simulator's settings, when it was the target.
     pub simulator: Option<SimSettings>,
-    /// `normal` or `stress`.
-    pub mode: String,
+    pub mode: Mode,
     pub reset_prefix_cache: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionSettings>,
@@ -91,11 +157,9 @@ pub struct SessionSettings {
     pub format: Option<String>,
     pub session_concurrency: Option<usize>,
     pub session_rate: Option<f64>,
-    /// `per-session`, `interleaved` or `recorded`.
-    pub pacing: String,
+    pub pacing: PacingKind,
     pub think_time: String,
-    /// `engine` or `recorded`.
-    pub history: String,
+    pub history: HistoryKind,
     pub num_sessions: Option<u64>,
     pub max_turns: Option<usize>,
 }

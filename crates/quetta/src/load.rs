@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quetta_loadgen::{Load as RunLoad, Pacing};
+use quetta_report::{ArrivalKind, LoadKind};
 use quetta_workload::arrival::Arrival;
 
 use crate::{Error, Result};
@@ -69,25 +70,24 @@ impl Load {
         self
     }
 
-    /// `closed`, `open` or `trace`, as `summary.json` names the load.
-    pub(crate) fn name(&self) -> &'static str {
+    /// The load as `summary.json` names it.
+    pub(crate) fn kind(&self) -> LoadKind {
         match self {
-            Load::Closed { .. } => "closed",
-            Load::Open { .. } => "open",
-            Load::Recorded { .. } => "trace",
-            Load::Interleaved { .. } => "closed",
+            Load::Closed { .. } | Load::Interleaved { .. } => LoadKind::Closed,
+            Load::Open { .. } => LoadKind::Open,
+            Load::Recorded { .. } => LoadKind::Trace,
         }
     }
 
-    /// The arrival's name in `summary.json`.
-    pub(crate) fn arrival_name(&self) -> Option<&'static str> {
+    /// The arrival as `summary.json` names it.
+    pub(crate) fn arrival_kind(&self) -> Option<ArrivalKind> {
         match self {
             Load::Open { arrival, .. } => Some(match arrival {
-                Arrival::Poisson => "poisson",
-                Arrival::Constant => "constant",
-                Arrival::Ramp { .. } => "ramp",
-                Arrival::Bursts { .. } => "bursts",
-                _ => "gamma",
+                Arrival::Poisson => ArrivalKind::Poisson,
+                Arrival::Constant => ArrivalKind::Constant,
+                Arrival::Ramp { .. } => ArrivalKind::Ramp,
+                Arrival::Bursts { .. } => ArrivalKind::Bursts,
+                _ => ArrivalKind::Gamma,
             }),
             _ => None,
         }

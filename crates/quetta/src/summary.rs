@@ -4,7 +4,10 @@
 use quetta_engine::setting::Setting as S;
 use quetta_loadgen::{Pacing, RunConfig, RunOutcome, SessionConfig};
 use quetta_metrics::{GpuReport, MetricsSummary, ServerReport};
-use quetta_report::{RunSettings, SessionSettings, SessionsSummary, SimSettings, Summary, Target};
+use quetta_report::{
+    HistoryKind, LoadKind, Mode, PacingKind, RunSettings, SessionSettings, SessionsSummary,
+    SimSettings, Summary, Target,
+};
 use quetta_workload::spec::{Built, SessionFormat, Source};
 
 use crate::target::{Connected, TargetKind};
@@ -88,13 +91,13 @@ fn settings_of(
     RunSettings {
         endpoint: endpoint.into(),
         model: model.into(),
-        load: if sessions.is_some() { "sessions".into() } else { load.name().into() },
+        load: if sessions.is_some() { LoadKind::Sessions } else { load.kind() },
         concurrency: match load {
             Load::Closed { concurrency } if sessions.is_none() => Some(*concurrency),
             _ => None,
         },
         request_rate,
-        arrival: load.arrival_name().map(str::to_owned),
+        arrival: load.arrival_kind(),
         trace_speed: (trace.is_some() || built.has_recorded_times()).then_some(w.replay_speed),
         trace,
         dataset,
@@ -134,7 +137,7 @@ fn settings_of(
         api_key_given: b.target.api_key.is_some(),
         extra_header_names: b.target.headers.iter().map(|(k, _)| k.clone()).collect(),
         simulator: sim,
-        mode: if w.stress { "stress" } else { "normal" }.into(),
+        mode: if w.stress { Mode::Stress } else { Mode::Normal },
         reset_prefix_cache: b.reset_prefix_cache.clone(),
         sessions: sessions.map(|s| session_settings(b, s)),
         label: b.label.clone(),
@@ -160,23 +163,22 @@ fn session_settings(b: &Benchmark, s: &SessionConfig) -> SessionSettings {
         _ => (String::new(), None),
     };
     let (concurrency, rate, pacing) = match &s.pacing {
-        Pacing::PerSession { sessions } => (Some(*sessions), None, "per-session"),
-        Pacing::Interleaved { sessions } => (Some(*sessions), None, "interleaved"),
-        Pacing::Open { rate, .. } => (None, Some(*rate), "open"),
-        _ => (None, None, "recorded"),
+        Pacing::PerSession { sessions } => (Some(*sessions), None, PacingKind::PerSession),
+        Pacing::Interleaved { sessions } => (Some(*sessions), None, PacingKind::Interleaved),
+        Pacing::Open { rate, .. } => (None, Some(*rate), PacingKind::Open),
+        _ => (None, None, PacingKind::Recorded),
     };
     SessionSettings {
         source,
         format,
         session_concurrency: concurrency,
         session_rate: rate,
-        pacing: pacing.into(),
+        pacing,
         think_time: s.think.to_string(),
         history: match s.history {
-            quetta_loadgen::History::Recorded => "recorded",
-            _ => "engine",
-        }
-        .into(),
+            quetta_loadgen::History::Recorded => HistoryKind::Recorded,
+            _ => HistoryKind::Engine,
+        },
         num_sessions: b.sessions.count,
         max_turns: w.max_turns,
     }

@@ -79,8 +79,8 @@ fn open_loop_with_per_request_and_run_level_slos() {
     assert!(v.objectives[1].pass);
     let ach = r.summary.achieved_send_rate.unwrap();
     assert!((ach / 50.0 - 1.0).abs() < 0.02, "achieved {ach}");
-    assert_eq!(r.summary.config.load, "open");
-    assert_eq!(r.summary.config.arrival.as_deref(), Some("constant"));
+    assert_eq!(r.summary.config.load, quetta::report::LoadKind::Open);
+    assert_eq!(r.summary.config.arrival, Some(quetta::report::ArrivalKind::Constant));
 }
 
 /// A small trace: the first `n` rows of the Mooncake fixture.
@@ -107,7 +107,7 @@ fn a_trace_without_a_count_replays_whole_at_its_times() {
     let p = small_trace("whole", 60);
     let r = Benchmark::new(sim(1, 1)).workload(fast_trace(&p, 40.0)).run_blocking().unwrap();
     assert_eq!(r.summary.metrics.completed, 60, "{:?}", r.summary.notes);
-    assert_eq!(r.summary.config.load, "trace");
+    assert_eq!(r.summary.config.load, quetta::report::LoadKind::Trace);
     assert_eq!(r.summary.planned, Some(60));
     // the bundled trace profiles too (planned here: all 19,366 Azure rows)
     let plan = rt()

@@ -30,7 +30,7 @@ fn a_multiturn_profile_reports_per_turn_figures() {
     assert_eq!(s.sessions.as_ref().unwrap().completed, 6);
     let ss = s.config.sessions.as_ref().unwrap();
     assert_eq!(ss.think_time, "20ms");
-    assert_eq!(ss.pacing, "per-session");
+    assert_eq!(ss.pacing, quetta::report::PacingKind::PerSession);
     assert_eq!(ss.session_concurrency, Some(3));
     validate_run_dir(&d);
     let recs = lines(&d.join("requests.jsonl"));

@@ -145,7 +145,7 @@ fn stress_mode_gets_the_planned_output_length_and_resets_the_cache() {
     assert_eq!(s.metrics.osl_hit_rate, Some(1.0));
     assert_eq!(s.metrics.total_cached_tokens, 0, "stress prompts share no prefix");
     assert!(s.notes.iter().any(|n| n.contains("prefix cache was reset")), "{:?}", s.notes);
-    assert_eq!(s.config.mode, "stress");
+    assert_eq!(s.config.mode, quetta::report::Mode::Stress);
     let hit = go(false, None).unwrap().summary.metrics.osl_hit_rate.unwrap();
     assert!(hit < 0.5, "without ignore_eos the simulated model stops early: {hit}");
     // a reset endpoint the server does not have fails the run, clearly

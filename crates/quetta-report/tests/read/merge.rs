@@ -13,8 +13,8 @@ use quetta_report::{
 fn settings() -> RunSettings {
     RunSettings {
         endpoint: "chat".into(),
-        load: "closed".into(),
-        mode: "normal".into(),
+        load: quetta_report::LoadKind::Closed,
+        mode: quetta_report::Mode::Normal,
         ..RunSettings::default()
     }
 }
