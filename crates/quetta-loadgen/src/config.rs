@@ -160,7 +160,7 @@ impl RunConfig {
                 None => Ok(()),
             },
         };
-        split.map_err(RunError::Config)?;
+        split.map_err(|e| RunError::Config(e.to_string()))?;
         // A replay brings its own count; other loads need a count or a duration.
         let scheduled = matches!(self.load, Load::Scheduled { .. });
         if !scheduled && self.num_requests.is_none() && self.duration.is_none() {

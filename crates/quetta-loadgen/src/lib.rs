@@ -72,6 +72,6 @@ pub use outcome::{RunOutcome, SessionCounts};
 pub use recorder::{JsonlSink, Observer, RecordSink};
 pub use runner::{Runner, Work};
 pub use sessions::{History, Pacing, SessionConfig, ThinkTime};
-pub use shard::Shard;
+pub use shard::{Shard, ShardError};
 pub use timeouts::WithTimeouts;
 pub use worker::{execute, observe, Tail};

@@ -583,7 +583,7 @@ fn validate(cfg: &RunConfig, sc: &SessionConfig) -> Result<(), RunError> {
     };
     split
         .and(sc.max_concurrency.map_or(Ok(()), |c| cfg.shard.check_split("max concurrency", c)))
-        .map_err(RunError::Config)?;
+        .map_err(|e| RunError::Config(e.to_string()))?;
     if sc.num_sessions == Some(0) || cfg.num_requests == Some(0) {
         return bad("the number of sessions and of requests must be at least 1");
     }

@@ -16,6 +16,23 @@
 
 use std::fmt;
 
+/// Why a shard or a split of a load across shards is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    #[error("{given:?} is not K/N (e.g. 0/4)")]
+    NotKOfN { given: String },
+    #[error("{given:?}: {what} {value:?} is not a number")]
+    NotANumber { given: String, what: &'static str, value: String },
+    #[error("the number of shards must be at least 1")]
+    NoShards,
+    #[error("shard {index} does not exist in {count} shards (0 to {})", count - 1)]
+    NoSuchShard { index: u32, count: u32 },
+    /// A concurrency (`what`) smaller than the number of shards.
+    #[error("{what} {total} cannot be split across {count} shards: give at least one per shard")]
+    TooFewToSplit { what: &'static str, total: usize, count: u32 },
+}
+
 /// Shard `index` of `count` (`0/1`: the whole plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shard {
@@ -36,12 +53,17 @@ impl fmt::Display for Shard {
 }
 
 impl std::str::FromStr for Shard {
-    type Err = String;
+    type Err = ShardError;
     /// `K/N`, shard K (from 0) of N.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (k, n) = s.split_once('/').ok_or_else(|| format!("{s:?} is not K/N (e.g. 0/4)"))?;
-        let num = |v: &str, what: &str| {
-            v.trim().parse::<u32>().map_err(|_| format!("{s:?}: {what} {v:?} is not a number"))
+    fn from_str(s: &str) -> Result<Self, ShardError> {
+        let (k, n) =
+            s.split_once('/').ok_or_else(|| ShardError::NotKOfN { given: s.to_owned() })?;
+        let num = |v: &str, what: &'static str| {
+            v.trim().parse::<u32>().map_err(|_| ShardError::NotANumber {
+                given: s.to_owned(),
+                what,
+                value: v.to_owned(),
+            })
         };
         Shard::new(num(k, "shard")?, num(n, "shard count")?)
     }
@@ -52,15 +74,12 @@ impl Shard {
     pub const WHOLE: Shard = Shard { index: 0, count: 1 };
 
     /// Shard `index` of `count`; refused unless `index < count`.
-    pub fn new(index: u32, count: u32) -> Result<Self, String> {
+    pub fn new(index: u32, count: u32) -> Result<Self, ShardError> {
         if count == 0 {
-            return Err("the number of shards must be at least 1".into());
+            return Err(ShardError::NoShards);
         }
         if index >= count {
-            return Err(format!(
-                "shard {index} does not exist in {count} shards (0 to {})",
-                count - 1
-            ));
+            return Err(ShardError::NoSuchShard { index, count });
         }
         Ok(Self { index, count })
     }
@@ -120,12 +139,9 @@ impl Shard {
     }
 
     /// A concurrency that every shard can take a part of, or why not.
-    pub fn check_split(self, what: &str, total: usize) -> Result<(), String> {
+    pub fn check_split(self, what: &'static str, total: usize) -> Result<(), ShardError> {
         if (total as u64) < u64::from(self.count) {
-            return Err(format!(
-                "{what} {total} cannot be split across {} shards: give at least one per shard",
-                self.count
-            ));
+            return Err(ShardError::TooFewToSplit { what, total, count: self.count });
         }
         Ok(())
     }
@@ -142,7 +158,11 @@ mod tests {
         for bad in ["4/4", "1/0", "x/2", "3", "-1/2"] {
             assert!(bad.parse::<Shard>().is_err(), "{bad}");
         }
-        assert!("5/4".parse::<Shard>().unwrap_err().contains("0 to 3"));
+        assert_eq!(
+            "5/4".parse::<Shard>().unwrap_err(),
+            ShardError::NoSuchShard { index: 5, count: 4 }
+        );
+        assert!("5/4".parse::<Shard>().unwrap_err().to_string().contains("0 to 3"));
     }
 
     #[test]
