@@ -469,8 +469,10 @@ document.querySelectorAll('svg').forEach(function (svg) {
   svg.dataset.rendered = n;
   var ro = document.createElementNS('http://www.w3.org/2000/svg', 'text');
   ro.setAttribute('class', 'readout');
-  ro.setAttribute('x', '60');
+  // top right, clear of the title on the left and the legend row below it
+  ro.setAttribute('x', String(svg.viewBox.baseVal.width - 10));
   ro.setAttribute('y', '14');
+  ro.setAttribute('text-anchor', 'end');
   svg.appendChild(ro);
   svg.querySelectorAll('g.series circle').forEach(function (c) {
     var op = c.getAttribute('fill-opacity');
