@@ -170,7 +170,7 @@ impl RunArgs {
                     PayloadArg::Jumpstart => Payload::JumpStart,
                     PayloadArg::Template => {
                         let p = m.sagemaker_template.as_ref().context("--sagemaker-payload template needs --sagemaker-template FILE")?;
-                        Payload::template_file(p, &m.sagemaker_text_pointer).map_err(anyhow::Error::msg)?
+                        Payload::template_file(p, &m.sagemaker_text_pointer)?
                     }
                 };
                 Target::sagemaker(c)

@@ -48,6 +48,12 @@ pub enum AwsError {
     /// A family named that is not one of the built-in ones.
     #[error("no Bedrock model family {name:?} (known: {known})")]
     NoSuchFamily { name: String, known: String },
+    /// A template payload's file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    TemplateRead { path: std::path::PathBuf, source: std::io::Error },
+    /// A template payload's file is not JSON (its line and column are in `source`).
+    #[error("{}: line {}, column {}: not JSON: {source}", path.display(), source.line(), source.column())]
+    TemplateJson { path: std::path::PathBuf, source: serde_json::Error },
 }
 
 /// The error kind for an AWS error type (`ThrottlingException:http://…` → `throttled`).

@@ -18,6 +18,8 @@ use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Message, Promp
 use quetta_http::BodyDecoder;
 use serde_json::{json, Map, Value};
 
+use crate::AwsError;
+
 /// The request and response format the endpoint's container speaks.
 ///
 /// ```
@@ -39,12 +41,11 @@ pub enum Payload {
 impl Payload {
     /// A template payload read from a JSON file (`{{prompt}}`, `{{messages}}`,
     /// `{{max_tokens}}`, `{{stream}}` placeholders); an error names the file, line and column.
-    pub fn template_file(path: &std::path::Path, text_pointer: &str) -> Result<Self, String> {
+    pub fn template_file(path: &std::path::Path, text_pointer: &str) -> Result<Self, AwsError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let body: Value = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: line {}, column {}: not JSON: {e}", path.display(), e.line(), e.column())
-        })?;
+            .map_err(|source| AwsError::TemplateRead { path: path.into(), source })?;
+        let body: Value = serde_json::from_str(&text)
+            .map_err(|source| AwsError::TemplateJson { path: path.into(), source })?;
         Ok(Payload::Template { body, text_pointer: text_pointer.to_owned() })
     }
 }

@@ -115,11 +115,11 @@ impl Signer {
                     let p = provider.clone();
                     async move {
                         let c = p.provide_credentials().await.map_err(|e| error_chain(&e))?;
-                        Ok(Expiring { expires: c.expiry(), value: c })
+                        Ok::<_, String>(Expiring { expires: c.expiry(), value: c })
                     }
                 })
                 .await
-                .map_err(AwsError::Credentials)?;
+                .map_err(|e| AwsError::Credentials(e.to_string()))?;
                 (region, creds, env_url)
             }
         };
@@ -144,7 +144,7 @@ impl Signer {
         headers: &[(&str, String)],
         body: Vec<u8>,
     ) -> Result<Request<Full<Bytes>>, EngineError> {
-        let creds = self.creds.current().map_err(EngineError::Auth)?;
+        let creds = self.creds.current().map_err(|e| EngineError::Auth(e.to_string()))?;
         let identity: Identity = creds.into();
         let params = v4::SigningParams::builder()
             .identity(&identity)

@@ -26,6 +26,19 @@ impl<T> std::fmt::Debug for Expiring<T> {
     }
 }
 
+/// No valid secret: the first fetch failed, or the secret expired and every refresh since
+/// failed. The source's own words are kept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RefreshError {
+    /// The first fetch failed (nothing can be sent without it).
+    #[error("{0}")]
+    Fetch(String),
+    /// The secret expired and could not be refreshed; `last_error` is the last refresh's.
+    #[error("credentials expired and could not be refreshed{}", last_error.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Expired { last_error: Option<String> },
+}
+
 struct State<T> {
     current: Expiring<T>,
     last_error: Option<String>,
@@ -62,12 +75,13 @@ pub fn refresh_at(fetched: SystemTime, expires: SystemTime) -> SystemTime {
 impl<T: Clone + Send + Sync + 'static> Refreshing<T> {
     /// Fetch the secret once (an error here is returned: nothing can be sent without it)
     /// and start refreshing it in the background. Needs a tokio runtime.
-    pub async fn start<F, Fut>(fetch: F) -> Result<Self, String>
+    pub async fn start<F, Fut, E>(fetch: F) -> Result<Self, RefreshError>
     where
         F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Expiring<T>, String>> + Send + 'static,
+        Fut: Future<Output = Result<Expiring<T>, E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
     {
-        let first = fetch().await?;
+        let first = fetch().await.map_err(|e| RefreshError::Fetch(e.to_string()))?;
         let fetched = SystemTime::now();
         let me = Self {
             state: Arc::new(RwLock::new(State { current: first.clone(), last_error: None })),
@@ -93,13 +107,12 @@ impl<T: Clone + Send + Sync + 'static> Refreshing<T> {
     }
 
     /// The current secret, or why there is none valid (expired and not refreshed).
-    pub fn current(&self) -> Result<T, String> {
+    pub fn current(&self) -> Result<T, RefreshError> {
         let s = self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         match s.current.expires {
-            Some(e) if e <= SystemTime::now() => Err(format!(
-                "credentials expired and could not be refreshed{}",
-                s.last_error.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
-            )),
+            Some(e) if e <= SystemTime::now() => {
+                Err(RefreshError::Expired { last_error: s.last_error.clone() })
+            }
             _ => Ok(s.current.value.clone()),
         }
     }
@@ -115,14 +128,15 @@ impl<T: Clone + Send + Sync + 'static> Refreshing<T> {
     }
 }
 
-async fn refresh_loop<T, F, Fut>(
+async fn refresh_loop<T, F, Fut, E>(
     state: Weak<RwLock<State<T>>>,
     fetches: Arc<AtomicU64>,
     fetch: F,
     mut at: SystemTime,
 ) where
     F: Fn() -> Fut,
-    Fut: Future<Output = Result<Expiring<T>, String>>,
+    Fut: Future<Output = Result<Expiring<T>, E>>,
+    E: std::fmt::Display,
 {
     loop {
         let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
@@ -146,7 +160,7 @@ async fn refresh_loop<T, F, Fut>(
                 }
             }
             Err(e) => {
-                s.last_error = Some(e);
+                s.last_error = Some(e.to_string());
                 let left =
                     s.current.expires.and_then(|x| x.duration_since(now).ok()).unwrap_or_default();
                 at = now + (left / 4).clamp(Duration::from_millis(250), Duration::from_secs(1));

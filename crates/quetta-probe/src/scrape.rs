@@ -44,13 +44,25 @@ pub struct Scraper {
     task: tokio::task::JoinHandle<ScrapeReport>,
 }
 
+/// A scrape failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScrapeError {
+    /// The metrics endpoint could not be fetched (in the transport's or server's words).
+    #[error("{source}")]
+    Fetch { url: String, source: quetta_engine::EngineError },
+    /// Its answer is not a Prometheus text exposition.
+    #[error("{url}: {source}")]
+    Parse { url: String, source: prom::ParseError },
+}
+
 /// Scrape once and parse.
-pub async fn scrape_once(url: &str, bearer: Option<&str>) -> Result<prom::Exposition, String> {
+pub async fn scrape_once(url: &str, bearer: Option<&str>) -> Result<prom::Exposition, ScrapeError> {
     let body = quetta_http::fetch::get(url, bearer, Duration::from_secs(10), 64 << 20)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| ScrapeError::Fetch { url: url.to_owned(), source })?;
     let text = String::from_utf8_lossy(&body);
-    prom::parse(&text).map_err(|e| format!("{url}: {e}"))
+    prom::parse(&text).map_err(|source| ScrapeError::Parse { url: url.to_owned(), source })
 }
 
 impl Scraper {
@@ -104,6 +116,7 @@ impl Scraper {
                         readings.push(r);
                     }
                     Err(err) => {
+                        let err = err.to_string();
                         report.failed_scrapes += 1;
                         if let Some(f) = file.as_mut() {
                             let line = Line {

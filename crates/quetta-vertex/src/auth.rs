@@ -190,8 +190,11 @@ pub fn jwt_assertion(
     token_uri: &str,
     scope: &str,
     now: SystemTime,
-) -> Result<String, String> {
-    let iat = now.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs();
+) -> Result<String, AuthError> {
+    let iat = now
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| AuthError::Token(format!("the clock is before 1970: {e}")))?
+        .as_secs();
     let mut header = serde_json::json!({"alg": "RS256", "typ": "JWT"});
     if let Some(k) = key_id {
         header["kid"] = serde_json::json!(k);
@@ -204,7 +207,7 @@ pub fn jwt_assertion(
     );
     let mut sig = vec![0; key.public().modulus_len()];
     key.sign(&RSA_PKCS1_SHA256, &SystemRandom::new(), signing_input.as_bytes(), &mut sig)
-        .map_err(|_| "RSA signing failed".to_owned())?;
+        .map_err(|_| AuthError::Token("RSA signing failed".into()))?;
     Ok(format!("{signing_input}.{}", b64url(&sig)))
 }
 
@@ -255,12 +258,21 @@ pub async fn fetch_token(
     source: &Source,
     transport: &Transport,
     scope: &str,
+) -> Result<Expiring<String>, AuthError> {
+    fetch_words(source, transport, scope).await.map_err(AuthError::Token)
+}
+
+async fn fetch_words(
+    source: &Source,
+    transport: &Transport,
+    scope: &str,
 ) -> Result<Expiring<String>, String> {
     match source {
         Source::Token(t) => Ok(Expiring { value: t.clone(), expires: None }),
         Source::ServiceAccount { email, key_id, key, token_uri } => {
             let jwt =
-                jwt_assertion(email, key_id.as_deref(), key, token_uri, scope, SystemTime::now())?;
+                jwt_assertion(email, key_id.as_deref(), key, token_uri, scope, SystemTime::now())
+                    .map_err(|e| e.to_string())?;
             let body = form_encode(&[
                 ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"),
                 ("assertion", &jwt),
@@ -317,8 +329,8 @@ pub async fn token_provider(
     let source = Arc::new(source);
     Refreshing::start(move || {
         let (s, t, sc) = (source.clone(), transport.clone(), scope.clone());
-        async move { fetch_token(&s, &t, &sc).await }
+        async move { fetch_words(&s, &t, &sc).await }
     })
     .await
-    .map_err(AuthError::Token)
+    .map_err(|e| AuthError::Token(e.to_string()))
 }

@@ -258,7 +258,7 @@ impl VertexEngine {
     fn build(&self, req: &EngineRequest) -> Result<Request<Full<Bytes>>, EngineError> {
         let body = serde_json::to_vec(&self.body(req)?)
             .map_err(|e| EngineError::Request(e.to_string()))?;
-        let token = self.token.current().map_err(EngineError::Auth)?;
+        let token = self.token.current().map_err(|e| EngineError::Auth(e.to_string()))?;
         let auth = quetta_http::fetch::bearer_value(&token).map_err(|_| {
             EngineError::Auth("the access token has characters a header cannot carry".into())
         })?;

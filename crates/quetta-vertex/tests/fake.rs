@@ -264,7 +264,7 @@ async fn user_credentials_metadata_server_and_a_bad_token() {
         refresh_token: "refresh-1".into(),
         token_uri: f.token_url(),
     };
-    let err = auth::fetch_token(&bad, &t, auth::CLOUD_PLATFORM).await.unwrap_err();
+    let err = auth::fetch_token(&bad, &t, auth::CLOUD_PLATFORM).await.unwrap_err().to_string();
     assert!(err.contains("invalid_grant") && !err.contains("wrong"), "{err}");
     let host = f.base_url().trim_start_matches("http://").to_owned();
     let md = auth::fetch_token(&Source::Metadata { host }, &t, auth::CLOUD_PLATFORM).await.unwrap();
