@@ -34,10 +34,13 @@ impl BeforeMeasured {
     }
 }
 
-/// How load is applied.
+/// When the runner sends each request: a load resolved to what the runner needs (a
+/// replay's send times filled in). The one load concept users set is `quetta::Load`
+/// (closed, open, recorded, interleaved); it resolves to a `Dispatch` for requests and to a
+/// [`crate::Pacing`] for sessions.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum Load {
+pub enum Dispatch {
     /// Keep `concurrency` requests in flight.
     Closed { concurrency: usize },
     /// Send at `rate` requests per second following `arrival`, optionally capped.
@@ -46,12 +49,12 @@ pub enum Load {
     Scheduled { offsets: Arc<Vec<Duration>>, max_concurrency: Option<usize> },
 }
 
-impl Load {
+impl Dispatch {
     /// The cap on requests in flight of an open loop or a replay.
     pub fn max_concurrency(&self) -> Option<usize> {
         match self {
-            Load::Closed { .. } => None,
-            Load::Open { max_concurrency, .. } | Load::Scheduled { max_concurrency, .. } => {
+            Dispatch::Closed { .. } => None,
+            Dispatch::Open { max_concurrency, .. } | Dispatch::Scheduled { max_concurrency, .. } => {
                 *max_concurrency
             }
         }
@@ -61,7 +64,8 @@ impl Load {
 /// What one run does.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    pub load: Load,
+    /// When requests are sent.
+    pub dispatch: Dispatch,
     /// Stop after this many measured requests (a replay without it sends its whole schedule).
     pub num_requests: Option<u64>,
     /// Stop sending after this long (measured phase).
@@ -106,7 +110,7 @@ impl RunConfig {
     /// A closed-loop run of `n` requests at `concurrency`, with defaults for the rest.
     pub fn closed(concurrency: usize, n: u64) -> Self {
         Self {
-            load: Load::Closed { concurrency },
+            dispatch: Dispatch::Closed { concurrency },
             num_requests: Some(n),
             duration: None,
             warmup: 0,
@@ -129,13 +133,13 @@ impl RunConfig {
 
     /// An open-loop run of `n` requests at `rate`, with defaults for the rest.
     pub fn open(rate: f64, arrival: Arrival, n: u64) -> Self {
-        Self { load: Load::Open { rate, arrival, max_concurrency: None }, ..Self::closed(1, n) }
+        Self { dispatch: Dispatch::Open { rate, arrival, max_concurrency: None }, ..Self::closed(1, n) }
     }
 
     /// A replay of `offsets` (every one, unless `num_requests` or `duration` cut it short).
     pub fn scheduled(offsets: Vec<Duration>) -> Self {
         Self {
-            load: Load::Scheduled { offsets: Arc::new(offsets), max_concurrency: None },
+            dispatch: Dispatch::Scheduled { offsets: Arc::new(offsets), max_concurrency: None },
             num_requests: None,
             ..Self::closed(1, 1)
         }
@@ -143,26 +147,26 @@ impl RunConfig {
 
     pub(crate) fn validate(&self) -> Result<(), RunError> {
         let bad = |m: &str| Err(RunError::Config(m.to_owned()));
-        match self.load {
-            Load::Closed { concurrency: 0 } => return bad("concurrency must be at least 1"),
-            Load::Open { rate, .. } if !(rate.is_finite() && rate > 0.0) => {
+        match self.dispatch {
+            Dispatch::Closed { concurrency: 0 } => return bad("concurrency must be at least 1"),
+            Dispatch::Open { rate, .. } if !(rate.is_finite() && rate > 0.0) => {
                 return bad("request rate must be a positive number of requests per second")
             }
             _ => {}
         }
-        if self.load.max_concurrency() == Some(0) {
+        if self.dispatch.max_concurrency() == Some(0) {
             return bad("max concurrency must be at least 1");
         }
-        let split = match self.load {
-            Load::Closed { concurrency } => self.shard.check_split("concurrency", concurrency),
-            _ => match self.load.max_concurrency() {
+        let split = match self.dispatch {
+            Dispatch::Closed { concurrency } => self.shard.check_split("concurrency", concurrency),
+            _ => match self.dispatch.max_concurrency() {
                 Some(c) => self.shard.check_split("max concurrency", c),
                 None => Ok(()),
             },
         };
         split.map_err(|e| RunError::Config(e.to_string()))?;
         // A replay brings its own count; other loads need a count or a duration.
-        let scheduled = matches!(self.load, Load::Scheduled { .. });
+        let scheduled = matches!(self.dispatch, Dispatch::Scheduled { .. });
         if !scheduled && self.num_requests.is_none() && self.duration.is_none() {
             return bad("give a number of requests or a duration");
         }
@@ -182,9 +186,9 @@ impl RunConfig {
     /// The run and a dry run both take their schedule from here.
     pub fn intended_offsets(&self) -> Result<Option<Vec<Duration>>, RunError> {
         self.validate()?;
-        Ok(match &self.load {
-            Load::Closed { .. } => None,
-            Load::Scheduled { offsets, .. } => {
+        Ok(match &self.dispatch {
+            Dispatch::Closed { .. } => None,
+            Dispatch::Scheduled { offsets, .. } => {
                 let skip = (self.warmup as usize).min(offsets.len());
                 let base = offsets.get(skip).copied().unwrap_or_default();
                 let mut v: Vec<Duration> =
@@ -197,7 +201,7 @@ impl RunConfig {
                 }
                 Some(v)
             }
-            Load::Open { rate, arrival, .. } => {
+            Dispatch::Open { rate, arrival, .. } => {
                 Some(arrival_offsets(*arrival, *rate, self.seed, self.num_requests, self.duration)?)
             }
         })

@@ -5,9 +5,9 @@
 //! multi-turn sessions — sends exactly the load asked for and turns every request into one
 //! [`RequestRecord`](quetta_metrics::RequestRecord):
 //!
-//! - **closed loop** (`Load::Closed`): N workers, each sends its next request when its
+//! - **closed loop** (`Dispatch::Closed`): N workers, each sends its next request when its
 //!   previous one ends;
-//! - **open loop** (`Load::Open`): intended send times are computed up front from a seeded
+//! - **open loop** (`Dispatch::Open`): intended send times are computed up front from a seeded
 //!   arrival process; a dedicated dispatcher thread waits for each on the OS's
 //!   high-resolution sleep (absolute deadlines, so nothing accumulates) and hands the request
 //!   to the runtime. A late request is sent late and its lateness recorded (schedule lag),
@@ -65,7 +65,7 @@ pub mod usage;
 mod worker;
 
 pub use config::{BeforeMeasured, HookFuture};
-pub use config::{Load, RunConfig};
+pub use config::{Dispatch, RunConfig};
 pub use control::{Progress, RunControl};
 pub use error::RunError;
 pub use outcome::{RunOutcome, SessionCounts};

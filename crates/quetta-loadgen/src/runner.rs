@@ -11,7 +11,7 @@ use quetta_workload::session::SessionSource;
 use quetta_workload::{PlannedRequest, Workload};
 use tokio::sync::Semaphore;
 
-use crate::config::{Load, RunConfig};
+use crate::config::{Dispatch, RunConfig};
 use crate::control::RunControl;
 use crate::error::RunError;
 use crate::outcome::RunOutcome;
@@ -111,8 +111,8 @@ async fn run_requests(
     *sh.workload.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(workload);
     let mut warm = (0, 0);
     if cfg.warmup > 0 && !sh.control.stopped() {
-        let conc = match &cfg.load {
-            Load::Closed { concurrency } => *concurrency,
+        let conc = match &cfg.dispatch {
+            Dispatch::Closed { concurrency } => *concurrency,
             load => load.max_concurrency().unwrap_or(cfg.warmup as usize),
         };
         let (tx, rx) = mpsc::channel::<Observation>();
@@ -134,8 +134,8 @@ async fn run_requests(
     prog.duration_ms.store(ms, Ordering::Relaxed);
     let m = Measured::begin(sh, rx, sink, observers, warm);
     let deadline = cfg.duration.map(|d| m.run_start + d);
-    let planned = match (&cfg.load, offsets) {
-        (Load::Closed { concurrency }, _) => {
+    let planned = match (&cfg.dispatch, offsets) {
+        (Dispatch::Closed { concurrency }, _) => {
             closed_loop(sh, cfg.warmup, cfg.num_requests, deadline, *concurrency, m.run_start, tx)
                 .await;
             known

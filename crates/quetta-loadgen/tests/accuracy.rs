@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quetta_engine::Engine;
-use quetta_loadgen::{Load, RunConfig, RunControl, Runner, Work};
+use quetta_loadgen::{Dispatch, RunConfig, RunControl, Runner, Work};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::{SimConfig, Simulator};
@@ -315,7 +315,7 @@ fn too_small_cap_makes_queue_time_and_latency_from_schedule_grow_and_loses_nothi
     .unwrap();
     let sink = VecSink::default();
     let mut cfg = RunConfig::open(50.0, Arrival::Constant, 60);
-    cfg.load = Load::Open { rate: 50.0, arrival: Arrival::Constant, max_concurrency: Some(2) };
+    cfg.dispatch = Dispatch::Open { rate: 50.0, arrival: Arrival::Constant, max_concurrency: Some(2) };
     let o = rt
         .block_on(
             Runner::new(engine(&sim), cfg)

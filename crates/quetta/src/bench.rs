@@ -322,7 +322,7 @@ impl Benchmark {
                 notes.push("arrival gaps drawn from the distribution file".into());
             }
             let n = self.requests.or(Some(DEFAULT_REQUESTS).filter(|_| self.duration.is_none()));
-            cfg.load = load.for_requests(built.recorded_offsets(n))?;
+            cfg.dispatch = load.for_requests(built.recorded_offsets(n))?;
             cfg.num_requests = match load {
                 Load::Recorded { .. } => self.requests,
                 _ => n,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quetta_loadgen::{Load as RunLoad, Pacing};
+use quetta_loadgen::{Dispatch, Pacing};
 use quetta_report::{ArrivalKind, LoadKind};
 use quetta_workload::arrival::Arrival;
 
@@ -94,13 +94,13 @@ impl Load {
     }
 
     /// The load of a request workload; `offsets` are the workload's own times.
-    pub(crate) fn for_requests(&self, offsets: Option<Vec<Duration>>) -> Result<RunLoad> {
+    pub(crate) fn for_requests(&self, offsets: Option<Vec<Duration>>) -> Result<Dispatch> {
         Ok(match self {
-            Load::Closed { concurrency } => RunLoad::Closed { concurrency: *concurrency },
+            Load::Closed { concurrency } => Dispatch::Closed { concurrency: *concurrency },
             Load::Open { rate, arrival, max_concurrency } => {
-                RunLoad::Open { rate: *rate, arrival: *arrival, max_concurrency: *max_concurrency }
+                Dispatch::Open { rate: *rate, arrival: *arrival, max_concurrency: *max_concurrency }
             }
-            Load::Recorded { max_concurrency } => RunLoad::Scheduled {
+            Load::Recorded { max_concurrency } => Dispatch::Scheduled {
                 offsets: Arc::new(offsets.ok_or_else(|| {
                     Error::config("a recorded load needs a workload with its own send times (a trace, or a distribution file)")
                 })?),

@@ -145,11 +145,11 @@ impl Benchmark {
                 exact &= r.input_tokens_exact;
             }
         }
-        let load = match &p.cfg.load {
-            quetta_loadgen::Load::Closed { concurrency } => {
+        let load = match &p.cfg.dispatch {
+            quetta_loadgen::Dispatch::Closed { concurrency } => {
                 format!("closed loop, {concurrency} requests in flight")
             }
-            quetta_loadgen::Load::Open { rate, arrival, max_concurrency } => format!(
+            quetta_loadgen::Dispatch::Open { rate, arrival, max_concurrency } => format!(
                 "open loop, {arrival:?} arrivals at {rate} req/s{}",
                 max_concurrency.map_or(String::new(), |c| format!(", at most {c} in flight"))
             ),

@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use quetta_engine::{Prompt, Usage};
-use quetta_loadgen::{Load, RunOutcome};
+use quetta_loadgen::{Dispatch, RunOutcome};
 use quetta_metrics::{Aggregate, Observation, RequestRecord};
 use quetta_sim::cache::{body_tokens, TwinCache};
 use quetta_sim::engine::{Engine, EngineRequest, Token};
@@ -331,8 +331,8 @@ impl Benchmark {
             ));
         }
         let offsets = cfg.intended_offsets().map_err(|e| Error::config(e.to_string()))?;
-        let pace = match (&cfg.load, offsets) {
-            (Load::Closed { concurrency }, _) => Pace::Closed {
+        let pace = match (&cfg.dispatch, offsets) {
+            (Dispatch::Closed { concurrency }, _) => Pace::Closed {
                 concurrency: (*concurrency).max(1),
                 count: cfg.num_requests,
                 deadline_ns: cfg.duration.map(|d| d.as_nanos() as u64),

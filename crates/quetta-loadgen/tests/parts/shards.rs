@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use quetta_engine::Engine;
 use quetta_engine::Message;
-use quetta_loadgen::{Load, RunConfig, Runner, SessionConfig, Shard, Work};
+use quetta_loadgen::{Dispatch, RunConfig, Runner, SessionConfig, Shard, Work};
 use quetta_metrics::RequestRecord;
 use quetta_openai::{Api, OpenAiConfig, OpenAiEngine};
 use quetta_sim::{SimConfig, Simulator};
@@ -173,7 +173,7 @@ fn three_shards_send_what_one_process_sends() {
             whole.iter().map(key).collect::<Vec<_>>(),
             parts.iter().map(key).collect::<Vec<_>>()
         );
-        if matches!(cfg.load, Load::Open { .. }) {
+        if matches!(cfg.dispatch, Dispatch::Open { .. }) {
             for (a, b) in whole.iter().zip(&parts) {
                 assert_eq!(a.intended_offset_ms, b.intended_offset_ms, "request {}", a.id);
             }
