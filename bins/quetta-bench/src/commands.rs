@@ -772,7 +772,7 @@ pub struct CorrectnessArgs {
 pub fn correctness(a: &CorrectnessArgs) -> Result<ExitCode> {
     let mut t = quetta::Target::openai(&a.base_url);
     t.model.clone_from(&a.model);
-    t.api_key = a.api_key.clone().filter(|k| !k.is_empty());
+    t.api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(quetta::ApiKey::new);
     let mut c = quetta::correctness::Correctness::new(t);
     (c.requests, c.concurrency, c.max_number, c.max_tokens, c.seed) =
         (a.num_requests, a.concurrency, a.max_number, a.max_tokens, a.seed);

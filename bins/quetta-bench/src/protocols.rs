@@ -52,7 +52,7 @@ pub struct CostArgs {
 pub fn cost(a: &CostArgs) -> Result<ExitCode> {
     let mut t = quetta::Target::openai(&a.base_url);
     t.model.clone_from(&a.model);
-    t.api_key = a.api_key.clone().filter(|k| !k.is_empty());
+    t.api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(quetta::ApiKey::new);
     t.preflight = true;
     let mut c = quetta::ProtocolCost::new(t);
     c.protocols.clone_from(&a.protocols);

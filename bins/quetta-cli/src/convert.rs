@@ -88,7 +88,7 @@ impl RunArgs {
 
     /// The API key: --api-key, else the environment of the target's kind (a key goes
     /// only to the service it is for: ANTHROPIC_API_KEY alone to Anthropic's protocol).
-    fn api_key(&self) -> Option<String> {
+    fn api_key(&self) -> Option<quetta::ApiKey> {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let key = match (self.backend(), self.protocol()) {
             (BackendArg::Litellm, _) => self
@@ -99,7 +99,7 @@ impl RunArgs {
             (_, Protocol::Messages) => self.api_key.clone().or_else(|| env("ANTHROPIC_API_KEY")),
             _ => self.api_key.clone().or_else(|| env("OPENAI_API_KEY")),
         };
-        key.filter(|k| !k.is_empty())
+        key.filter(|k| !k.is_empty()).map(quetta::ApiKey::new)
     }
 
     fn multiturn(&self) -> bool {
@@ -472,7 +472,8 @@ impl RunArgs {
         b.sessions.max_concurrency = self.max_concurrency.filter(|_| self.multiturn());
         b.telemetry.server_metrics.clone_from(&self.server_metrics);
         b.telemetry.server_metrics_interval = self.server_metrics_interval;
-        b.telemetry.server_metrics_key = self.server_metrics_key.clone().filter(|k| !k.is_empty());
+        b.telemetry.server_metrics_key =
+            self.server_metrics_key.as_deref().filter(|k| !k.is_empty()).map(quetta::ApiKey::new);
         b.telemetry.gpu = self.gpu_telemetry;
         b.telemetry.gpu_interval = self.gpu_interval;
         b.stop_on_saturation = self.stop_on_saturation;

@@ -188,7 +188,9 @@ async fn context(c: &Common) -> Result<ProbeContext> {
         e => bail!("--endpoint {e:?}: expected chat or completions"),
     }
     t.model.clone_from(&c.model);
-    t.api_key = c.api_key.clone().filter(|k| !k.is_empty());
+    if let Some(k) = &c.api_key {
+        t = t.api_key(k.as_str());
+    }
     let conn = t.connect().await?;
     Ok(ProbeContext {
         engine: conn.engine.clone(),
@@ -269,9 +271,10 @@ async fn probe(cmd: Cmd) -> Result<ExitCode> {
             output,
         } => {
             let ctx = context(c).await?;
+            let key = c.api_key.as_deref().filter(|k| !k.is_empty()).map(quetta::ApiKey::new);
             let max_context = match max_context {
                 Some(n) => *n,
-                None => calibrate::server_context(&c.base_url, c.api_key.as_deref())
+                None => calibrate::server_context(&c.base_url, key.as_ref())
                     .await
                     .context("the server does not say its context length (/props, /v1/models): give --max-context")?,
             };

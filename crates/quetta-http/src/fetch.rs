@@ -54,8 +54,8 @@ impl std::fmt::Debug for ApiKey {
 }
 
 /// `Authorization: Bearer TOKEN`, marked sensitive (never logged by hyper): the one place a
-/// bearer header is made.
-pub fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
+/// bearer header is made ([`ApiKey::bearer`]).
+fn bearer_value(token: &str) -> Result<HeaderValue, EngineError> {
     let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
         .map_err(|_| EngineError::Request("invalid token characters".into()))?;
     v.set_sensitive(true);
@@ -81,11 +81,11 @@ pub fn percent_encode(s: &str) -> String {
 fn request(
     method: Method,
     uri: Uri,
-    bearer: Option<&str>,
+    bearer: Option<&ApiKey>,
 ) -> Result<Request<Full<Bytes>>, EngineError> {
     let mut req = Request::builder().method(method).uri(uri);
-    if let Some(t) = bearer {
-        req = req.header(AUTHORIZATION, bearer_value(t)?);
+    if let Some(k) = bearer {
+        req = req.header(AUTHORIZATION, k.bearer()?);
     }
     req.body(Full::new(Bytes::new())).map_err(|e| EngineError::Request(e.to_string()))
 }
@@ -125,7 +125,7 @@ pub fn origin(uri: &Uri) -> (String, String, u16) {
 /// failing after `timeout` or beyond `max_bytes`.
 pub async fn get(
     url: &str,
-    bearer: Option<&str>,
+    bearer: Option<&ApiKey>,
     timeout: Duration,
     max_bytes: usize,
 ) -> Result<Vec<u8>, EngineError> {
@@ -169,7 +169,7 @@ pub async fn get(
 /// an error carrying the status and an excerpt of the body.
 pub async fn post_empty(
     url: &str,
-    bearer: Option<&str>,
+    bearer: Option<&ApiKey>,
     insecure: bool,
     timeout: Duration,
 ) -> Result<Vec<u8>, EngineError> {
@@ -181,7 +181,7 @@ pub async fn post_empty(
 /// the body of a 2xx answer, anything else an error carrying the status and an excerpt.
 pub async fn post_json(
     url: &str,
-    bearer: Option<&str>,
+    bearer: Option<&ApiKey>,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<Vec<u8>, EngineError> {

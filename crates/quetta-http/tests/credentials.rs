@@ -40,7 +40,8 @@ fn ok(body: &str) -> String {
 }
 
 fn get(rt: &tokio::runtime::Runtime, url: &str) -> Vec<u8> {
-    let f = quetta_http::fetch::get(url, Some("sk-canary"), Duration::from_secs(10), 1 << 20);
+    let key = quetta_http::fetch::ApiKey::new("sk-canary");
+    let f = quetta_http::fetch::get(url, Some(&key), Duration::from_secs(10), 1 << 20);
     rt.block_on(f).unwrap()
 }
 

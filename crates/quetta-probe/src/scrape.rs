@@ -20,7 +20,7 @@ pub struct ScrapeConfig {
     pub url: String,
     pub interval: Duration,
     /// Sent as `Authorization: Bearer` (never written anywhere).
-    pub bearer: Option<String>,
+    pub bearer: Option<quetta_http::fetch::ApiKey>,
     /// Append one JSON line per scrape here.
     pub series: Option<PathBuf>,
 }
@@ -57,7 +57,10 @@ pub enum ScrapeError {
 }
 
 /// Scrape once and parse.
-pub async fn scrape_once(url: &str, bearer: Option<&str>) -> Result<prom::Exposition, ScrapeError> {
+pub async fn scrape_once(
+    url: &str,
+    bearer: Option<&quetta_http::fetch::ApiKey>,
+) -> Result<prom::Exposition, ScrapeError> {
     let body = quetta_http::fetch::get(url, bearer, Duration::from_secs(10), 64 << 20)
         .await
         .map_err(|source| ScrapeError::Fetch { url: url.to_owned(), source })?;
@@ -94,7 +97,7 @@ impl Scraper {
                     }
                 }
                 let at = t0.elapsed();
-                match scrape_once(&cfg.url, cfg.bearer.as_deref()).await {
+                match scrape_once(&cfg.url, cfg.bearer.as_ref()).await {
                     Ok(e) => {
                         report.scrapes += 1;
                         if report.server == "unknown" {

@@ -67,8 +67,9 @@ fn preflight(srv: &KserveServer, rt: &tokio::runtime::Runtime) {
     use quetta_protocols::kserve::{self, PreflightError};
     let t = transport();
     let base = format!("http://127.0.0.1:{}", srv.port);
-    let check = |key, model| {
-        rt.block_on(kserve::preflight(&t, &base, key, model, kserve::Tensors::TensorRtLlm))
+    let check = |key: Option<&str>, model| {
+        let key = key.map(quetta_http::fetch::ApiKey::new);
+        rt.block_on(kserve::preflight(&t, &base, key.as_ref(), model, kserve::Tensors::TensorRtLlm))
     };
     check(Some("k1"), "ensemble").unwrap();
     assert_eq!(check(Some("k1"), "llama"), Err(PreflightError::NotReady("llama".into())));

@@ -259,7 +259,7 @@ impl VertexEngine {
         let body = serde_json::to_vec(&self.body(req)?)
             .map_err(|e| EngineError::Request(e.to_string()))?;
         let token = self.token.current().map_err(|e| EngineError::Auth(e.to_string()))?;
-        let auth = quetta_http::fetch::bearer_value(&token).map_err(|_| {
+        let auth = quetta_http::fetch::ApiKey::new(token).bearer().map_err(|_| {
             EngineError::Auth("the access token has characters a header cannot carry".into())
         })?;
         let uri = if req.stream { &self.stream_uri } else { &self.full_uri };

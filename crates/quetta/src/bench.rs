@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use quetta_engine::setting::Setting as S;
 use quetta_engine::{RequestParams, Sampling, Timeouts};
+use quetta_http::fetch::ApiKey;
 use quetta_loadgen::{
     History, JsonlSink, RunConfig, RunControl, RunOutcome, Runner, SessionConfig, ThinkTime, Work,
 };
@@ -56,7 +57,7 @@ pub struct Telemetry {
     pub server_metrics_interval: Duration,
     /// Bearer token for an explicit `server_metrics` URL (never written anywhere). The
     /// target's key goes only to the target's own `/metrics` (`auto`), never elsewhere.
-    pub server_metrics_key: Option<String>,
+    pub server_metrics_key: Option<ApiKey>,
     /// Sample the local NVIDIA GPUs through NVML (without a driver the run says so and goes on).
     pub gpu: bool,
     pub gpu_interval: Duration,

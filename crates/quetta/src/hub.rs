@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use quetta_http::fetch::ApiKey;
 use quetta_workload::tokenizer::{hf_cache_dir, Tokenizer};
 
 use crate::{Error, Result};
@@ -22,8 +23,8 @@ pub async fn ensure_tokenizer(spec: Option<&str>) -> Result<()> {
     }
     let endpoint = std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".into());
     let url = format!("{}/{spec}/resolve/main/tokenizer.json", endpoint.trim_end_matches('/'));
-    let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty());
-    let bytes = quetta_http::fetch::get(&url, token.as_deref(), Duration::from_secs(30), 64 << 20)
+    let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()).map(ApiKey::new);
+    let bytes = quetta_http::fetch::get(&url, token.as_ref(), Duration::from_secs(30), 64 << 20)
         .await
         .map_err(|e| Error::Target(format!("{} {spec}: not in the local Hugging Face cache, and downloading {url} failed ({e}); offline? give a tokenizer.json path", quetta_engine::setting::Setting::Tokenizer)))?;
     let cache = hf_cache_dir()

@@ -71,6 +71,7 @@ pub use quetta_report as report;
 pub use quetta_sim as sim;
 pub use quetta_workload as workload;
 
+pub use quetta_http::fetch::ApiKey;
 pub use quetta_loadgen::{History, Progress, RunControl, Shard, ThinkTime};
 pub use quetta_metrics::{SloSet, Stats};
 pub use quetta_report::{

@@ -32,8 +32,7 @@ pub(crate) async fn kserve_preflight(
     use quetta_protocols::kserve;
     let transport =
         quetta_http::Transport::new(&cfg.transport()).map_err(|e| Error::config(e.to_string()))?;
-    let key = cfg.api_key.as_ref().map(|k| k.expose().to_owned());
-    kserve::preflight(&transport, &cfg.base_url, key.as_deref(), &cfg.model, tensors)
+    kserve::preflight(&transport, &cfg.base_url, cfg.api_key.as_ref(), &cfg.model, tensors)
         .await
         .map_err(|e| Error::Target(format!("pre-flight: {given}: {e}")))
 }

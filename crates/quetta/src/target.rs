@@ -70,7 +70,7 @@ pub struct Target {
     /// The model; without one, the first model the server lists (`GET /v1/models`).
     pub model: Option<String>,
     /// Sent as `Authorization: Bearer`, only to the target itself; never written anywhere.
-    pub api_key: Option<String>,
+    pub api_key: Option<ApiKey>,
     /// Accept any TLS certificate (testing only).
     pub insecure: bool,
     /// An extra CA certificate (PEM) to trust.
@@ -262,7 +262,7 @@ impl Target {
 
     /// Send this API key.
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(key.into()).filter(|k: &String| !k.is_empty());
+        self.api_key = Some(key.into()).filter(|k: &String| !k.is_empty()).map(ApiKey::new);
         self
     }
 
@@ -493,7 +493,7 @@ impl Target {
                 if grpc { " (or grpc://, grpcs://)" } else { "" }
             )));
         }
-        let key = self.api_key.as_deref().map(ApiKey::new);
+        let key = self.api_key.clone();
         let embedded = matches!(self.kind, TargetKind::Simulator(_));
         let (model, listed) =
             self.find_model(base_url, model.or_else(|| self.model.clone()), key.as_ref()).await?;
@@ -696,7 +696,7 @@ pub struct Connected {
     /// What a reader of the results must know about the target.
     pub notes: Vec<String>,
     pub simulator: Option<Arc<Simulator>>,
-    api_key: Option<String>,
+    api_key: Option<ApiKey>,
     insecure: bool,
 }
 
@@ -713,8 +713,8 @@ impl std::fmt::Debug for Connected {
 impl Connected {
     /// The target's own API key, for requests to the same origin (a cache reset, the
     /// server's `/metrics`).
-    pub(crate) fn same_origin_key(&self) -> Option<&str> {
-        self.api_key.as_deref()
+    pub(crate) fn same_origin_key(&self) -> Option<&ApiKey> {
+        self.api_key.as_ref()
     }
 
     /// Whether TLS certificates go unchecked (as the target was told).

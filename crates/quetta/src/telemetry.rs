@@ -22,13 +22,13 @@ fn url_of(c: &Connected, path: &str) -> String {
 /// its failure stops the run in the server's own words.
 pub(crate) fn reset_hook(c: &Connected, path: &str) -> BeforeMeasured {
     let url = url_of(c, path);
-    let key = c.same_origin_key().map(str::to_owned);
+    let key = c.same_origin_key().cloned();
     let insecure = c.insecure();
     BeforeMeasured(Arc::new(move || {
         let url = url.clone();
         let key = key.clone();
         Box::pin(async move {
-            quetta_http::fetch::post_empty(&url, key.as_deref(), insecure, Duration::from_secs(30))
+            quetta_http::fetch::post_empty(&url, key.as_ref(), insecure, Duration::from_secs(30))
                 .await
                 .map(|_| ())
                 .map_err(|e| {
@@ -56,7 +56,7 @@ impl Running {
             // an explicit one for an explicit URL (and fetch drops it on a redirect to
             // another origin)
             let (url, bearer) = if u == "auto" {
-                (url_of(c, "metrics"), c.same_origin_key().map(str::to_owned))
+                (url_of(c, "metrics"), c.same_origin_key().cloned())
             } else {
                 (u.clone(), t.server_metrics_key.clone())
             };

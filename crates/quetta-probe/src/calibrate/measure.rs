@@ -252,7 +252,10 @@ pub(crate) async fn mixed(
 /// The context one sequence may hold, as the server reports it: llama.cpp's `/props`
 /// (`default_generation_settings.n_ctx`, per slot) or vLLM's `/v1/models`
 /// (`max_model_len`). `None` when neither says.
-pub async fn server_context(base_url: &str, bearer: Option<&str>) -> Option<u32> {
+pub async fn server_context(
+    base_url: &str,
+    bearer: Option<&quetta_http::fetch::ApiKey>,
+) -> Option<u32> {
     let base = base_url.trim_end_matches('/');
     let timeout = std::time::Duration::from_secs(5);
     let read = |b: Vec<u8>| serde_json::from_slice::<serde_json::Value>(&b).ok();
@@ -280,7 +283,7 @@ pub async fn server_context(base_url: &str, bearer: Option<&str>) -> Option<u32>
 /// `prompt` and `model`, no special tokens). `None` when it has none.
 pub async fn server_tokens(
     base_url: &str,
-    bearer: Option<&str>,
+    bearer: Option<&quetta_http::fetch::ApiKey>,
     model: &str,
     text: &str,
 ) -> Option<u64> {

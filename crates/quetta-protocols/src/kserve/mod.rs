@@ -33,6 +33,7 @@ use http::header::{AUTHORIZATION, CONTENT_TYPE};
 use http_body_util::Full;
 use prost::Message;
 use quetta_engine::{Delta, EngineError, EngineRequest, EventKind, Prompt};
+use quetta_http::fetch::ApiKey;
 use quetta_http::BodyDecoder;
 use serde_json::{Map, Value};
 
@@ -706,7 +707,7 @@ pub enum PreflightError {
 async fn call<R: Message + Default>(
     transport: &quetta_http::Transport,
     base: &str,
-    key: Option<&str>,
+    key: Option<&ApiKey>,
     method: &'static str,
     msg: &impl Message,
 ) -> Result<R, PreflightError> {
@@ -716,7 +717,7 @@ async fn call<R: Message + Default>(
     let mut r =
         http::Request::post(uri).header(CONTENT_TYPE, "application/grpc").header("te", "trailers");
     if let Some(k) = key {
-        r = r.header(AUTHORIZATION, quetta_http::fetch::bearer_value(k).map_err(fail)?);
+        r = r.header(AUTHORIZATION, k.bearer().map_err(fail)?);
     }
     let req = r
         .body(Full::new(Bytes::from(frame(msg))))
@@ -745,7 +746,7 @@ async fn call<R: Message + Default>(
 pub async fn preflight(
     transport: &quetta_http::Transport,
     base: &str,
-    key: Option<&str>,
+    key: Option<&ApiKey>,
     model: &str,
     tensors: Tensors,
 ) -> Result<(), PreflightError> {
