@@ -54,9 +54,8 @@ impl Dispatch {
     pub fn max_concurrency(&self) -> Option<usize> {
         match self {
             Dispatch::Closed { .. } => None,
-            Dispatch::Open { max_concurrency, .. } | Dispatch::Scheduled { max_concurrency, .. } => {
-                *max_concurrency
-            }
+            Dispatch::Open { max_concurrency, .. }
+            | Dispatch::Scheduled { max_concurrency, .. } => *max_concurrency,
         }
     }
 }
@@ -133,7 +132,10 @@ impl RunConfig {
 
     /// An open-loop run of `n` requests at `rate`, with defaults for the rest.
     pub fn open(rate: f64, arrival: Arrival, n: u64) -> Self {
-        Self { dispatch: Dispatch::Open { rate, arrival, max_concurrency: None }, ..Self::closed(1, n) }
+        Self {
+            dispatch: Dispatch::Open { rate, arrival, max_concurrency: None },
+            ..Self::closed(1, n)
+        }
     }
 
     /// A replay of `offsets` (every one, unless `num_requests` or `duration` cut it short).

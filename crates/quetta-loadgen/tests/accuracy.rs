@@ -315,7 +315,8 @@ fn too_small_cap_makes_queue_time_and_latency_from_schedule_grow_and_loses_nothi
     .unwrap();
     let sink = VecSink::default();
     let mut cfg = RunConfig::open(50.0, Arrival::Constant, 60);
-    cfg.dispatch = Dispatch::Open { rate: 50.0, arrival: Arrival::Constant, max_concurrency: Some(2) };
+    cfg.dispatch =
+        Dispatch::Open { rate: 50.0, arrival: Arrival::Constant, max_concurrency: Some(2) };
     let o = rt
         .block_on(
             Runner::new(engine(&sim), cfg)

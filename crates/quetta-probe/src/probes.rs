@@ -626,7 +626,9 @@ pub async fn stage_split(
         ttft.push(ttft_ms(&o).unwrap_or(f64::NAN));
         e2e.push(ms(Some(o.end), o.sent).unwrap_or(f64::NAN));
     }
-    let b = server::read(&scrape_once(&url, None).await.map_err(|e| ProbeError::Request(e.to_string()))?);
+    let b = server::read(
+        &scrape_once(&url, None).await.map_err(|e| ProbeError::Request(e.to_string()))?,
+    );
     let d = server::deltas(&a, &b, &[]);
     let per_req = |k: &str| d.get(k).map(|x| x.delta / f64::from(n) * 1e3);
     let hist = |k: &str| d.get(k).and_then(|x| x.mean).map(|s| s * 1e3);

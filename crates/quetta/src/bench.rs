@@ -380,32 +380,43 @@ impl Benchmark {
             == quetta_protocols::kserve::Tensors::TokenIds
             && p == crate::Protocol::KserveGrpc;
         if ids != self.workload.token_ids && p == crate::Protocol::KserveGrpc {
-            return Err(Error::config(if ids {
-                "the tensorrt_llm model takes token ids: the workload must send token-id prompts (a tokenizer, and prompts as token ids)"
-            } else {
-                "token-id prompts need the tensorrt_llm model's tensors (token ids) over KServe gRPC"
-            }));
+            return Err(Error::conflict(
+                S::TokenIds,
+                S::Endpoint,
+                if ids {
+                    "the tensorrt_llm model takes token ids: the workload must send token-id prompts (a tokenizer, and prompts as token ids)"
+                } else {
+                    "token-id prompts need the tensorrt_llm model's tensors (token ids) over KServe gRPC"
+                },
+            ));
         }
         if built.is_sessions() && self.requests.is_some_and(|n| n == 0) {
-            return Err(Error::config("the number of requests must be at least 1"));
+            return Err(Error::invalid(S::NumRequests, "must be at least 1"));
         }
         if !built.is_sessions() && matches!(load, Load::Interleaved { .. }) {
-            return Err(Error::config("interleaved pacing is for multi-turn sessions"));
+            return Err(Error::missing(
+                S::Sessions,
+                "interleaved pacing is for multi-turn sessions",
+            ));
         }
         if built.is_sessions() && self.sessions.count.is_some_and(|n| n == 0) {
             return Err(Error::config("the number of sessions must be at least 1"));
         }
         if self.workload.vision.is_some() && !self.target.takes_images() {
-            return Err(Error::config(format!("vision prompts ({}) need a target that takes images (SageMaker: {} openai; Vertex: {} gemini or openai)", S::Modality, S::SagemakerPayload, S::VertexApi)));
+            return Err(Error::conflict(S::Modality, S::Backend, format!("vision prompts ({}) need a target that takes images (SageMaker: {} openai; Vertex: {} gemini or openai)", S::Modality, S::SagemakerPayload, S::VertexApi)));
         }
         if self.reset_prefix_cache.is_some()
             && self.target.base_url().is_none()
             && !self.target.is_simulator()
         {
-            return Err(Error::config(format!(
-                "{} needs a server's own endpoint; managed endpoints have none",
-                S::ResetPrefixCache
-            )));
+            return Err(Error::conflict(
+                S::ResetPrefixCache,
+                S::Backend,
+                format!(
+                    "{} needs a server's own endpoint; managed endpoints have none",
+                    S::ResetPrefixCache
+                ),
+            ));
         }
         let kind = self.target.request_kind();
         if let Some(o) = self.slos.iter().flat_map(|s| &s.0).find(|o| !o.metric.applies_to(kind)) {
@@ -416,10 +427,10 @@ impl Benchmark {
         }
         for p in &self.percentiles {
             if !(*p > 0.0 && *p < 100.0) {
-                return Err(Error::config(format!(
-                    "{}: {p} is not between 0 and 100",
-                    S::Percentiles
-                )));
+                return Err(Error::invalid(
+                    S::Percentiles,
+                    format!("{p} is not between 0 and 100"),
+                ));
             }
         }
         Ok(())

@@ -156,12 +156,13 @@ impl Correctness {
 
     /// Ask, and count the wrong answers (up to 5 examples of them).
     pub async fn run(&self) -> Result<CorrectnessReport> {
-        if self.requests == 0 || self.concurrency == 0 {
-            return Err(Error::config(format!(
-                "{} and {} must be at least 1",
-                quetta_engine::setting::Setting::NumRequests,
-                quetta_engine::setting::Setting::Concurrency
-            )));
+        use quetta_engine::setting::Setting as S;
+        for (n, setting) in
+            [(self.requests, S::NumRequests), (self.concurrency as u64, S::Concurrency)]
+        {
+            if n == 0 {
+                return Err(Error::invalid(setting, "must be at least 1"));
+            }
         }
         let c = self.target.connect().await?;
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);

@@ -1,29 +1,44 @@
 //! The facade's one error type: every layer's errors, each with its own words.
 
-/// A benchmark, sweep, search or comparison could not be done.
+use quetta_engine::setting::Setting;
+
+/// A benchmark, sweep, search or comparison could not be done. Settings are named as
+/// values ([`Setting`]); their words are the process's ([`quetta_engine::setting::name_settings`]).
 ///
 /// ```
 /// use quetta::{Benchmark, Error, Target};
+/// use quetta::engine::setting::Setting;
 /// let mut b = Benchmark::new(Target::simulator(Default::default()));
 /// b.percentiles = vec![150.0];
 /// match b.run_blocking() {
-///     Err(Error::Config(m)) => assert!(m.contains("between 0 and 100")),
+///     Err(Error::Invalid { setting: Setting::Percentiles, reason }) => {
+///         assert!(reason.contains("between 0 and 100"))
+///     }
 ///     other => panic!("{other:?}"),
 /// }
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The settings contradict each other or are out of range.
+    /// One setting's value cannot be used (out of range, malformed).
+    #[error("{setting}: {reason}")]
+    Invalid { setting: Setting, reason: String },
+    /// Two settings (or a setting and what the target or workload is) contradict each
+    /// other; `reason` says why, naming both.
+    #[error("{reason}")]
+    Conflict { a: Setting, b: Setting, reason: String },
+    /// A setting the others need was not given; `reason` says what needs it.
+    #[error("{reason}")]
+    Missing { setting: Setting, reason: String },
+    /// The benchmark cannot be done as set, for a reason no one setting carries.
     #[error("{0}")]
     Config(String),
     /// The workload could not be built (a file, a line, a field).
     #[error(transparent)]
     Workload(#[from] quetta_workload::WorkloadError),
-    /// The target could not be reached or configured (in the server's own words when it
-    /// answered).
-    #[error("{0}")]
-    Target(String),
+    /// The target could not be started, set up, reached or checked.
+    #[error(transparent)]
+    Target(#[from] TargetError),
     /// The run could not start or its hook failed.
     #[error(transparent)]
     Run(#[from] quetta_loadgen::RunError),
@@ -38,9 +53,48 @@ pub enum Error {
     Slo(#[from] quetta_metrics::SloError),
 }
 
+/// Why the target could not be used, in the server's own words when it answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TargetError {
+    /// The embedded simulator could not start.
+    #[error("starting the embedded simulator: {0}")]
+    Simulator(#[source] quetta_sim::SimError),
+    /// A managed endpoint's adapter could not be set up (region, credentials, model family).
+    #[error("setting up the {provider} adapter: {source}")]
+    Adapter { provider: &'static str, source: Box<dyn std::error::Error + Send + Sync> },
+    /// No model to ask for: none given and the server lists none, or it has not the one
+    /// given.
+    #[error("{reason}")]
+    Model { url: String, reason: String },
+    /// The server at `url` failed the pre-flight (a refused key, a request it could not
+    /// serve, no answer in time), before anything was measured.
+    #[error("{reason}")]
+    Preflight { url: String, reason: String },
+    /// A tokenizer named by its model id is neither cached nor downloadable.
+    #[error("{} {spec}: not in the local Hugging Face cache, and downloading {url} failed ({source}); offline? give a tokenizer.json path", Setting::Tokenizer)]
+    Download { spec: String, url: String, source: quetta_engine::EngineError },
+}
+
 impl Error {
     pub(crate) fn config(m: impl Into<String>) -> Self {
         Self::Config(m.into())
+    }
+
+    pub(crate) fn invalid(setting: Setting, reason: impl Into<String>) -> Self {
+        Self::Invalid { setting, reason: reason.into() }
+    }
+
+    pub(crate) fn conflict(a: Setting, b: Setting, reason: impl Into<String>) -> Self {
+        Self::Conflict { a, b, reason: reason.into() }
+    }
+
+    pub(crate) fn missing(setting: Setting, reason: impl Into<String>) -> Self {
+        Self::Missing { setting, reason: reason.into() }
+    }
+
+    pub(crate) fn preflight(url: &str, reason: impl Into<String>) -> Self {
+        Self::Target(TargetError::Preflight { url: url.to_owned(), reason: reason.into() })
     }
 }
 

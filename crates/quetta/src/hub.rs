@@ -26,7 +26,13 @@ pub async fn ensure_tokenizer(spec: Option<&str>) -> Result<()> {
     let token = std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()).map(ApiKey::new);
     let bytes = quetta_http::fetch::get(&url, token.as_ref(), Duration::from_secs(30), 64 << 20)
         .await
-        .map_err(|e| Error::Target(format!("{} {spec}: not in the local Hugging Face cache, and downloading {url} failed ({e}); offline? give a tokenizer.json path", quetta_engine::setting::Setting::Tokenizer)))?;
+        .map_err(|source| {
+            Error::Target(crate::TargetError::Download {
+                spec: spec.to_owned(),
+                url: url.clone(),
+                source,
+            })
+        })?;
     let cache = hf_cache_dir()
         .ok_or_else(|| Error::config("no cache directory for the tokenizer (set HF_HOME)"))?;
     let (org, name) =
@@ -39,9 +45,9 @@ pub async fn ensure_tokenizer(spec: Option<&str>) -> Result<()> {
     let file = dir.join("tokenizer.json");
     std::fs::write(&file, &bytes).map_err(|e| werr(&file, e))?;
     Tokenizer::from_file(&file).map(|_| ()).map_err(|e| {
-        Error::config(format!(
-            "{} {spec}: the downloaded file does not load: {e}",
-            quetta_engine::setting::Setting::Tokenizer
-        ))
+        Error::invalid(
+            quetta_engine::setting::Setting::Tokenizer,
+            format!("{spec}: the downloaded file does not load: {e}"),
+        )
     })
 }

@@ -215,7 +215,7 @@ fn check_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::config(format!("{} {name:?}: a Kubernetes name is lower-case letters, digits and '-', starting with a letter, at most 52 characters", quetta_engine::setting::Setting::JobName)))
+        Err(Error::invalid(quetta_engine::setting::Setting::JobName, format!("{name:?}: a Kubernetes name is lower-case letters, digits and '-', starting with a letter, at most 52 characters")))
     }
 }
 
@@ -234,10 +234,10 @@ impl Manifest {
     pub fn render(&self) -> Result<String> {
         check_name(&self.name)?;
         if self.shards == 0 {
-            return Err(Error::config(format!(
-                "{} must be at least 1",
-                quetta_engine::setting::Setting::Shards
-            )));
+            return Err(Error::invalid(
+                quetta_engine::setting::Setting::Shards,
+                "must be at least 1",
+            ));
         }
         let labels: BTreeMap<String, String> = [
             ("app.kubernetes.io/name".to_owned(), "quetta".to_owned()),

@@ -54,7 +54,7 @@ mod telemetry;
 mod twin;
 
 pub use bench::{BenchReport, Benchmark, SessionOptions, Telemetry, DEFAULT_REQUESTS};
-pub use error::{Error, Result};
+pub use error::{Error, Result, TargetError};
 pub use load::Load;
 pub use plan::{LengthStats, Plan, SessionPlan};
 pub use protocol_cost::{ProtocolCost, ProtocolCostReport};

@@ -107,7 +107,10 @@ impl Load {
                 max_concurrency: *max_concurrency,
             },
             Load::Interleaved { .. } => {
-                return Err(Error::config("interleaved pacing is for multi-turn sessions"))
+                return Err(Error::missing(
+                    quetta_engine::setting::Setting::Sessions,
+                    "interleaved pacing is for multi-turn sessions",
+                ))
             }
         })
     }
@@ -125,10 +128,14 @@ impl Load {
             }
             Load::Recorded { max_concurrency } => {
                 let offsets = starts.ok_or_else(|| {
-                    Error::config(format!(
-                        "{} recorded: every session of the file needs a start_ms",
-                        quetta_engine::setting::Setting::Pacing
-                    ))
+                    Error::conflict(
+                        quetta_engine::setting::Setting::Pacing,
+                        quetta_engine::setting::Setting::Sessions,
+                        format!(
+                            "{} recorded: every session of the file needs a start_ms",
+                            quetta_engine::setting::Setting::Pacing
+                        ),
+                    )
                 })?;
                 (Pacing::Scheduled { offsets: Arc::new(offsets) }, *max_concurrency)
             }

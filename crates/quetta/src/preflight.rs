@@ -34,7 +34,7 @@ pub(crate) async fn kserve_preflight(
         quetta_http::Transport::new(&cfg.transport()).map_err(|e| Error::config(e.to_string()))?;
     kserve::preflight(&transport, &cfg.base_url, cfg.api_key.as_ref(), &cfg.model, tensors)
         .await
-        .map_err(|e| Error::Target(format!("pre-flight: {given}: {e}")))
+        .map_err(|e| Error::preflight(given, format!("pre-flight: {given}: {e}")))
 }
 
 /// One request for a single token, unmeasured: a dead upstream behind a proxy, an unknown
@@ -90,7 +90,7 @@ async fn one_preflight(engine: &dyn Engine, base_url: &str, req: EngineRequest) 
     let now = std::time::Instant::now();
     let run = quetta_loadgen::execute(engine, req, 1, now, now, now);
     let o = tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await.map_err(|_| {
-        Error::Target(format!(
+        Error::preflight(base_url, format!(
             "pre-flight: {base_url} gave no answer to a one-token request within {} s (skip the check with {})",
             PREFLIGHT_TIMEOUT.as_secs(),
             S::Preflight
@@ -98,11 +98,14 @@ async fn one_preflight(engine: &dyn Engine, base_url: &str, req: EngineRequest) 
     })?;
     match &o.error {
         None => Ok(()),
-        Some(e) => Err(Error::Target(format!(
-            "pre-flight: a one-token request to {base_url} failed: {} (skip the check with {})",
-            preflight_reason(e),
-            S::Preflight
-        ))),
+        Some(e) => Err(Error::preflight(
+            base_url,
+            format!(
+                "pre-flight: a one-token request to {base_url} failed: {} (skip the check with {})",
+                preflight_reason(e),
+                S::Preflight
+            ),
+        )),
     }
 }
 

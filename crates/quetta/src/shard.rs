@@ -122,10 +122,10 @@ impl Joined {
             })?;
             let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).ok_or_else(
                 || {
-                    Error::config(format!(
-                        "{} {addr}: give HOST:PORT",
-                        quetta_engine::setting::Setting::Coordinator
-                    ))
+                    Error::invalid(
+                        quetta_engine::setting::Setting::Coordinator,
+                        format!("{addr}: give HOST:PORT"),
+                    )
                 },
             )?;
             let bind = s.bind.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], port)));

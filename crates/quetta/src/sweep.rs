@@ -407,19 +407,17 @@ impl SloSearch {
 
     fn check(&self) -> Result<()> {
         if self.objectives.has_per_request() || self.objectives.0.is_empty() {
-            return Err(Error::config(format!("an SLO search needs run-level objectives with a percentile, e.g. {} ttft:p99<500ms,tpot:p99<40ms", S::Slo)));
+            return Err(Error::missing(S::Slo, format!("an SLO search needs run-level objectives with a percentile, e.g. {} ttft:p99<500ms,tpot:p99<40ms", S::Slo)));
         }
         if !(self.tolerance > 0.0
             && self.tolerance < 1.0
             && self.start > 0.0
             && self.start <= self.max)
         {
-            return Err(Error::config(format!(
-                "{} must be in (0, 1) and 0 < {} <= {}",
+            return Err(Error::invalid(
                 S::SearchTolerance,
-                S::SearchStart,
-                S::SearchMax
-            )));
+                format!("must be in (0, 1) and 0 < {} <= {}", S::SearchStart, S::SearchMax),
+            ));
         }
         Ok(())
     }

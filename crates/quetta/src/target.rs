@@ -15,7 +15,7 @@ use quetta_sim::{SimConfig, Simulator};
 pub use quetta_protocols::{Options as ProtocolOptions, Protocol};
 
 use crate::preflight::{kserve_preflight, preflight_reason, preflight_request};
-use crate::{Error, Result};
+use crate::{Error, Result, TargetError};
 
 /// What kind of endpoint a [`Target`] is.
 ///
@@ -360,7 +360,7 @@ impl Target {
             }
             TargetKind::Simulator(cfg) => {
                 let sim = Simulator::start((**cfg).clone())
-                    .map_err(|e| Error::Target(format!("starting the embedded simulator: {e}")))?;
+                    .map_err(|e| Error::Target(TargetError::Simulator(e)))?;
                 let url = sim.base_url();
                 let model = self.model.clone().unwrap_or_else(|| cfg.model.clone());
                 let mut c = self.connect_http(&url, Some(model)).await?;
@@ -430,22 +430,28 @@ impl Target {
         Ok(match (given, listing) {
             (None, Some(Ok(list))) => (
                 list.into_iter().next().ok_or_else(|| {
-                    Error::Target(format!("no {} given and /v1/models lists no model", S::Model))
+                    model_error(
+                        base_url,
+                        format!("no {} given and /v1/models lists no model", S::Model),
+                    )
                 })?,
                 true,
             ),
             (None, Some(Err(e))) => {
-                return Err(Error::Target(format!(
-                    "no {} given and GET {base_url}/v1/models failed: {}",
-                    S::Model,
-                    preflight_reason(&e)
-                )))
+                return Err(model_error(
+                    base_url,
+                    format!(
+                        "no {} given and GET {base_url}/v1/models failed: {}",
+                        S::Model,
+                        preflight_reason(&e)
+                    ),
+                ))
             }
             (None, None) => unreachable!("a run without a model lists them"),
             (Some(m), Some(Ok(list))) => {
                 let known = list.contains(&m);
                 if litellm && !known && !list.is_empty() {
-                    return Err(Error::Target(format!(
+                    return Err(model_error(base_url, format!(
                         "pre-flight: the LiteLLM proxy at {base_url} has no model {m:?}; it serves {}",
                         list.join(", ")
                     )));
@@ -459,10 +465,13 @@ impl Target {
                 // a gateway's own credentials: then the request below decides)
                 let refused = matches!(e, EngineError::HttpStatus { status: 401 | 403, .. });
                 if refused && self.headers.is_empty() {
-                    return Err(Error::Target(format!(
-                        "pre-flight: GET {base_url}/v1/models was refused: {}",
-                        preflight_reason(&e)
-                    )));
+                    return Err(Error::preflight(
+                        base_url,
+                        format!(
+                            "pre-flight: GET {base_url}/v1/models was refused: {}",
+                            preflight_reason(&e)
+                        ),
+                    ));
                 }
                 (m, false)
             }
@@ -478,7 +487,7 @@ impl Target {
             (Some(("grpc", rest)), true) => format!("http://{rest}"),
             (Some(("grpcs", rest)), true) => format!("https://{rest}"),
             (Some(("grpc" | "grpcs", _)), false) => {
-                return Err(Error::config(format!(
+                return Err(Error::conflict(S::BaseUrl, S::Endpoint, format!(
                     "{base_url:?} is a gRPC address: the {} protocol is spoken over HTTP (gRPC is the kserve-grpc protocol)",
                     self.protocol
                 )));
@@ -487,11 +496,13 @@ impl Target {
         };
         let base_url = mapped.as_str();
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(Error::config(format!(
-                "{} {base_url:?} must start with http:// or https://{}",
+            return Err(Error::invalid(
                 S::BaseUrl,
-                if grpc { " (or grpc://, grpcs://)" } else { "" }
-            )));
+                format!(
+                    "{base_url:?} must start with http:// or https://{}",
+                    if grpc { " (or grpc://, grpcs://)" } else { "" }
+                ),
+            ));
         }
         let key = self.api_key.clone();
         let embedded = matches!(self.kind, TargetKind::Simulator(_));
@@ -584,9 +595,8 @@ impl Target {
             _ => "template",
         };
         let (name, url, model) = (c.endpoint_name.clone(), c.endpoint_url.clone(), c.model.clone());
-        let e = quetta_aws::SageMakerEngine::new(c)
-            .await
-            .map_err(|e| Error::Target(format!("setting up the SageMaker adapter: {e}")))?;
+        let e =
+            quetta_aws::SageMakerEngine::new(c).await.map_err(|e| adapter_error("SageMaker", e))?;
         let base = url
             .unwrap_or_else(|| format!("https://runtime.sagemaker.{}.amazonaws.com", e.region()));
         let note = format!(
@@ -610,9 +620,7 @@ impl Target {
         c.transport = self.transport();
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         let (model, api) = (c.model_id.clone(), c.api);
-        let e = quetta_aws::BedrockEngine::new(c)
-            .await
-            .map_err(|e| Error::Target(format!("setting up the Bedrock adapter: {e}")))?;
+        let e = quetta_aws::BedrockEngine::new(c).await.map_err(|e| adapter_error("Bedrock", e))?;
         let body = match e.family() {
             Some(f) => format!("the {} family's own body", f.name),
             None => "Converse's body".into(),
@@ -638,10 +646,10 @@ impl Target {
             (None, VertexApi::Predict) => c.endpoint_id.clone().unwrap_or_default(),
             (None, _) if !c.model.is_empty() => c.model.clone(),
             (None, _) => {
-                return Err(Error::config(format!(
-                    "Vertex AI needs a model ({}, e.g. gemini-2.0-flash-001)",
-                    S::Model
-                )))
+                return Err(Error::missing(
+                    S::Model,
+                    format!("Vertex AI needs a model ({}, e.g. gemini-2.0-flash-001)", S::Model),
+                ))
             }
         };
         c.transport = self.transport();
@@ -657,9 +665,8 @@ impl Target {
             .unwrap_or_else(|| format!("https://{}-aiplatform.googleapis.com", c.location));
         let (location, model, predict) =
             (c.location.clone(), c.model.clone(), c.api == VertexApi::Predict);
-        let e = quetta_vertex::VertexEngine::new(c)
-            .await
-            .map_err(|e| Error::Target(format!("setting up the Vertex AI adapter: {e}")))?;
+        let e =
+            quetta_vertex::VertexEngine::new(c).await.map_err(|e| adapter_error("Vertex AI", e))?;
         let mut notes = vec![format!(
             "Vertex AI ({api} API, {location}); access tokens from {}, refreshed before expiry",
             e.credentials_source()
@@ -726,4 +733,15 @@ impl Connected {
     pub fn endpoint(&self) -> &'static str {
         self.protocol.endpoint()
     }
+}
+
+fn model_error(url: &str, reason: String) -> Error {
+    Error::Target(TargetError::Model { url: url.to_owned(), reason })
+}
+
+fn adapter_error(
+    provider: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> Error {
+    Error::Target(TargetError::Adapter { provider, source: Box::new(e) })
 }

@@ -174,7 +174,32 @@ fn no_output_directory_for_a_benchmark_that_cannot_run() {
         .run_blocking()
         .unwrap_err();
     assert!(e.to_string().contains("/v1/models failed"), "{e}");
+    assert!(
+        matches!(&e, quetta::Error::Target(quetta::TargetError::Model { url, .. }) if url == "http://127.0.0.1:9"),
+        "{e:?}"
+    );
     assert!(!d.exists(), "no directory for a run that never started");
+}
+
+/// An embedder matches on what went wrong and which settings, not on words.
+#[test]
+fn errors_name_their_settings_as_values() {
+    use quetta::engine::setting::Setting;
+    use quetta::Error;
+    let mut b = quick(3);
+    b.percentiles = vec![150.0];
+    let e = b.run_blocking().unwrap_err();
+    assert!(matches!(&e, Error::Invalid { setting: Setting::Percentiles, .. }), "{e:?}");
+    let e = Benchmark::new(Target::openai("ftp://127.0.0.1:9")).requests(1).run_blocking();
+    assert!(matches!(e, Err(Error::Invalid { setting: Setting::BaseUrl, .. })), "{e:?}");
+    let e = quick(3).load(Load::Interleaved { sessions: 2 }).run_blocking().unwrap_err();
+    assert!(matches!(&e, Error::Missing { setting: Setting::Sessions, .. }), "{e:?}");
+    let cfg = quetta::managed::SageMakerConfig::new("ep");
+    let mut b = Benchmark::new(Target::sagemaker(cfg)).requests(1);
+    b.reset_prefix_cache = Some("/reset_prefix_cache".into());
+    let e = b.run_blocking().unwrap_err();
+    let want = (Setting::ResetPrefixCache, Setting::Backend);
+    assert!(matches!(&e, Error::Conflict { a, b, .. } if (*a, *b) == want), "{e:?}");
 }
 
 #[test]
