@@ -379,34 +379,12 @@ impl RunDir {
         };
         let second = series.finish();
         self.write_series(&second)?;
-        let s = Summary {
-            schema_version: SCHEMA_VERSION,
-            tool: tool.name,
-            tool_version: tool.version,
-            started_at,
-            partial: true,
-            planned: config.num_requests,
-            requested_rate: config.request_rate,
-            config,
-            target,
-            dispatched: metrics.completed + metrics.failed,
-            sent,
-            warmup_completed: 0,
-            warmup_failed: 0,
-            achieved_send_rate: None,
-            cancelled_in_drain: 0,
-            metrics,
-            client: quetta_metrics::ClientStats::default(),
-            notes,
-            workload_error: None,
-            sessions: None,
-            server_metrics: None,
-            steady_state: series.steadiness(&second),
-            gpu: None,
-            shard: m_shard,
-            shards: None,
-            aggregate: agg,
-        };
+        let mut s = Summary::new(&tool, started_at, config, target, metrics, agg);
+        s.partial = true;
+        s.sent = sent;
+        s.notes = notes;
+        s.steady_state = series.steadiness(&second);
+        s.shard = m_shard;
         self.write_summary(&s)?;
         Ok(s)
     }

@@ -365,48 +365,33 @@ impl Fold {
                     truncated: a.truncated + b.truncated,
                 }
             });
-        let s = Summary {
-            schema_version: crate::SCHEMA_VERSION,
-            tool: m.tool.clone(),
-            tool_version: m.tool_version.clone(),
-            started_at: earliest(parts),
-            partial,
-            planned: planned.or(m.config.num_requests),
-            requested_rate: m.config.request_rate,
-            config: m.config.clone(),
-            target: m.target.clone(),
-            dispatched: metrics.completed + metrics.failed,
-            sent: self.sent,
-            warmup_completed: sums(|s| s.warmup_completed),
-            warmup_failed: sums(|s| s.warmup_failed),
-            achieved_send_rate: quetta_metrics::rates::send_rate(
-                self.sent,
-                self.first_sent,
-                self.last_sent,
-            )
-            .map(|r| (r * 1e3).round() / 1e3),
-            cancelled_in_drain: sums(|s| s.cancelled_in_drain),
-            metrics,
-            client: total_client(parts),
-            notes,
-            workload_error: parts.iter().find_map(|p| {
-                let e = p.summary.as_ref()?.workload_error.as_ref()?;
-                Some(format!("shard {}: {e}", p.shard.index))
-            }),
-            sessions,
-            server_metrics: None,
-            steady_state: self.series.steadiness(&second),
-            gpu: None,
-            shard: None,
-            shards: Some(ShardsSummary {
-                count: parts[0].shard.count,
-                start_unix_ns: parts.iter().find_map(|p| p.shard.start_unix_ns).or(base_ns),
-                max_start_skew_ms: abs_max(|s| s.start_skew_ms),
-                max_clock_offset_ms: abs_max(|s| s.clock_offset_ms),
-                shards,
-            }),
-            aggregate: self.agg,
-        };
+        let tool = crate::Tool::new(m.tool.clone(), m.tool_version.clone());
+        let (config, target) = (m.config.clone(), m.target.clone());
+        let mut s = Summary::new(&tool, earliest(parts), config, target, metrics, self.agg);
+        s.partial = partial;
+        s.planned = planned.or(m.config.num_requests);
+        s.sent = self.sent;
+        s.warmup_completed = sums(|s| s.warmup_completed);
+        s.warmup_failed = sums(|s| s.warmup_failed);
+        s.achieved_send_rate =
+            quetta_metrics::rates::send_rate(self.sent, self.first_sent, self.last_sent)
+                .map(|r| (r * 1e3).round() / 1e3);
+        s.cancelled_in_drain = sums(|s| s.cancelled_in_drain);
+        s.client = total_client(parts);
+        s.notes = notes;
+        s.workload_error = parts.iter().find_map(|p| {
+            let e = p.summary.as_ref()?.workload_error.as_ref()?;
+            Some(format!("shard {}: {e}", p.shard.index))
+        });
+        s.sessions = sessions;
+        s.steady_state = self.series.steadiness(&second);
+        s.shards = Some(ShardsSummary {
+            count: parts[0].shard.count,
+            start_unix_ns: parts.iter().find_map(|p| p.shard.start_unix_ns).or(base_ns),
+            max_start_skew_ms: abs_max(|s| s.start_skew_ms),
+            max_clock_offset_ms: abs_max(|s| s.clock_offset_ms),
+            shards,
+        });
         dir.write_summary(&s)?;
         Ok(s)
     }

@@ -377,6 +377,50 @@ pub struct SessionsSummary {
 }
 
 impl Summary {
+    /// The one constructor of a run's summary (a run, a rebuild from records, a merge of
+    /// shards): `metrics` folded from `aggregate`, for a run of `config` against `target`
+    /// made by `tool`. Every request with a record counts as dispatched and the plan is the
+    /// configured count; what only a live run knows (sends, warmup, drain, client, server
+    /// and GPU figures, sessions, steady state, shards) starts empty, for the caller to set,
+    /// as do `partial` and `notes`.
+    pub fn new(
+        tool: &crate::Tool,
+        started_at: String,
+        config: RunSettings,
+        target: Target,
+        metrics: MetricsSummary,
+        aggregate: Aggregate,
+    ) -> Self {
+        Self {
+            schema_version: crate::SCHEMA_VERSION,
+            tool: tool.name.clone(),
+            tool_version: tool.version.clone(),
+            started_at,
+            partial: false,
+            planned: config.num_requests,
+            requested_rate: config.request_rate,
+            config,
+            target,
+            dispatched: metrics.completed + metrics.failed,
+            sent: 0,
+            warmup_completed: 0,
+            warmup_failed: 0,
+            achieved_send_rate: None,
+            cancelled_in_drain: 0,
+            metrics,
+            client: quetta_metrics::ClientStats::default(),
+            notes: Vec::new(),
+            workload_error: None,
+            sessions: None,
+            server_metrics: None,
+            steady_state: None,
+            gpu: None,
+            shard: None,
+            shards: None,
+            aggregate,
+        }
+    }
+
     /// Why the run failed, for an exit status: its workload ended on an error, or
     /// [`MetricsSummary::failure`] with `min_success_rate`; `None` for a run that passes.
     pub fn failure(&self, min_success_rate: f64) -> Option<String> {

@@ -370,37 +370,29 @@ pub(crate) fn assemble(
         ));
     }
     let started = o.started_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    Summary {
-        schema_version: quetta_report::SCHEMA_VERSION,
-        tool: b.tool.name.clone(),
-        tool_version: b.tool.version.clone(),
-        started_at: quetta_report::rfc3339(started),
-        partial: o.interrupted,
-        requested_rate: config.request_rate,
-        config,
-        target,
-        planned: o.planned,
-        dispatched: o.dispatched,
-        sent: o.sent,
-        warmup_completed: o.warmup_completed,
-        warmup_failed: o.warmup_failed,
-        achieved_send_rate: o.achieved_send_rate.map(|r| (r * 1e3).round() / 1e3),
-        cancelled_in_drain: o.cancelled_in_drain,
-        gpu: gpu.0.map(|g| g.with_output_tokens(metrics.total_output_tokens)),
-        metrics,
-        client: o.client.clone(),
-        notes,
-        workload_error: o.workload_error.as_ref().map(ToString::to_string),
-        sessions: o.sessions.as_ref().map(|c| SessionsSummary {
-            started: c.started,
-            completed: c.completed,
-            failed: c.failed,
-            truncated: c.truncated,
-        }),
-        server_metrics: server,
-        steady_state: o.steadiness.clone(),
-        shard: None,
-        shards: None,
-        aggregate: o.aggregate.clone(),
-    }
+    let gpu = gpu.0.map(|g| g.with_output_tokens(metrics.total_output_tokens));
+    let started_at = quetta_report::rfc3339(started);
+    let mut s = Summary::new(&b.tool, started_at, config, target, metrics, o.aggregate.clone());
+    s.partial = o.interrupted;
+    s.planned = o.planned;
+    s.dispatched = o.dispatched;
+    s.sent = o.sent;
+    s.warmup_completed = o.warmup_completed;
+    s.warmup_failed = o.warmup_failed;
+    s.achieved_send_rate = o.achieved_send_rate.map(|r| (r * 1e3).round() / 1e3);
+    s.cancelled_in_drain = o.cancelled_in_drain;
+    s.gpu = gpu;
+    s.client.clone_from(&o.client);
+    s.notes = notes;
+    s.workload_error = o.workload_error.as_ref().map(ToString::to_string);
+    s.sessions = o.sessions.as_ref().map(|c| SessionsSummary {
+        started: c.started,
+        completed: c.completed,
+        failed: c.failed,
+        truncated: c.truncated,
+    });
+    s.server_metrics = server;
+    s.steady_state.clone_from(&o.steadiness);
+    s
+
 }
