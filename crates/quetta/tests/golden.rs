@@ -1,14 +1,15 @@
 //! Every output file keeps its shape: a fixed-seed run, a sweep and a comparison against the
-//! embedded simulator, each file reduced to its skeleton (every key, each value's JSON type,
-//! and the values that are not measurements: settings, counts, names, schema versions) and
-//! compared with the golden copies in `fixtures/golden/`. `QUETTA_BLESS=1` writes them anew
-//! (review the diff: a changed skeleton is a changed file format).
+//! embedded simulator, each file reduced to its skeleton (every key in the order the file
+//! has it, each value's JSON type, and the values that are not measurements: settings,
+//! counts, names, schema versions) and compared with the golden copies in
+//! `fixtures/golden/`. `QUETTA_BLESS=1` writes them anew (review the diff: a changed
+//! skeleton is a changed file format).
 
 mod common;
 
 use std::path::Path;
 
-use common::{json, lines, tmpdir};
+use common::tmpdir;
 use quetta::report::RunDir;
 use quetta::{Benchmark, CompareOptions, Load, Sweep, WorkloadSpec};
 use serde_json::{Map, Value};
@@ -40,7 +41,74 @@ fn kept(path: &str) -> bool {
         && (KEYS.contains(&last) || path.starts_with("config.") || path.starts_with("target."))
 }
 
-/// The skeleton of `v`: objects keep every key (sorted), arrays their first item (or, for
+/// JSON text read with every object's keys in the text's order: each key is written
+/// `NNN key`, NNN its place in its object, so the skeleton (a sorted map) keeps the order.
+struct Ordered(Value);
+
+impl<'de> serde::Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(OrderedVisitor).map(Ordered)
+    }
+}
+
+struct OrderedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for OrderedVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Ordered(v)) = a.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some((k, Ordered(v))) = a.next_entry::<String, Ordered>()? {
+            out.insert(format!("{:03} {k}", out.len()), v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+fn ordered(text: &str) -> Value {
+    serde_json::from_str::<Ordered>(text).unwrap().0
+}
+
+fn json(p: &Path) -> Value {
+    ordered(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+}
+
+fn first_line(p: &Path) -> Value {
+    ordered(std::fs::read_to_string(p).unwrap().lines().next().unwrap())
+}
+
+/// The skeleton of `v`: objects keep every key (in order), arrays their first item (or, for
 /// what a run found, their type), scalars their value where [`kept`] else their type.
 fn skeleton(v: &Value, path: &str) -> Value {
     let ty = |t: &str| Value::String(format!("<{t}>"));
@@ -48,7 +116,8 @@ fn skeleton(v: &Value, path: &str) -> Value {
         Value::Object(m) => {
             let mut out = Map::new();
             for (k, x) in m {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let name = k.split_once(' ').map_or(k.as_str(), |(_, n)| n);
+                let p = if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") };
                 out.insert(k.clone(), skeleton(x, &p));
             }
             Value::Object(out)
@@ -98,8 +167,8 @@ fn every_output_file_keeps_its_shape() {
     for f in ["run.json", "summary.json"] {
         check(&f.replace(".json", ""), &json(&a.join(f)));
     }
-    check("requests.jsonl", &lines(&a.join("requests.jsonl"))[0]);
-    check("timeseries.jsonl", &lines(&a.join("timeseries.jsonl"))[0]);
+    check("requests.jsonl", &first_line(&a.join("requests.jsonl")));
+    check("timeseries.jsonl", &first_line(&a.join("timeseries.jsonl")));
     let base = Benchmark::new(common::sim(20, 5))
         .workload(WorkloadSpec::synthetic(16, 8))
         .requests(4)
@@ -108,7 +177,7 @@ fn every_output_file_keeps_its_shape() {
     check("sweep", &json(&sw.join("sweep.json")));
     let opts = CompareOptions::default();
     let r = quetta::compare(&RunDir::open(&a).unwrap(), &RunDir::open(&b).unwrap(), &opts).unwrap();
-    check("compare", &serde_json::to_value(&r).unwrap());
+    check("compare", &ordered(&serde_json::to_string(&r).unwrap()));
     for d in [a, b, sw] {
         let _ = std::fs::remove_dir_all(d);
     }
