@@ -4,7 +4,8 @@
 //! record held in memory, and the reports drawn from them are the same document; records and
 //! series of schema 1 give the same summary and report as schema 2; the streamed vLLM
 //! result file is byte for byte the in-memory one; a sampled comparison keeps the medians of
-//! every request.
+//! every request; and the streamed summary's figures are those computed here from the
+//! records themselves (exact order statistics, not the histograms both paths share).
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +58,7 @@ fn rebuilt_equals_in_memory(d: &Path, text: &str, recs: &[RequestRecord]) -> Str
     }
     let json = |v: &Aggregate| serde_json::to_value(v).unwrap();
     assert_eq!(json(&s.aggregate), json(&agg), "aggregates");
+    figures_from_the_records(&s.metrics, recs);
     assert_eq!(s.metrics, agg.summary(&[]), "metrics");
     let in_memory_series = series.finish();
     assert_eq!(run.read_series().unwrap(), in_memory_series, "series");
@@ -70,6 +72,34 @@ fn rebuilt_equals_in_memory(d: &Path, text: &str, recs: &[RequestRecord]) -> Str
     let b = html::render(&Results::Run(Box::new(in_memory)));
     assert_eq!(a, b, "report.html");
     a
+}
+
+/// `got` against `values` by docs/METRICS.md, computed without the histograms: count, mean,
+/// min and max exact; percentile q the nearest-rank value (the ⌈q·n⌉-th smallest), which
+/// the histogram gives within its 0.1 % relative precision (and at most the max).
+fn check_stats(name: &str, got: &quetta_metrics::Stats, mut values: Vec<f64>) {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    assert_eq!(got.count, n as u64, "{name} count");
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let near = |a: f64, b: f64, rel: f64| (a - b).abs() <= b.abs() * rel + 1e-3;
+    assert!(near(got.mean.unwrap(), mean, 1e-9), "{name} mean {:?} vs {mean}", got.mean);
+    assert!(near(got.min.unwrap(), values[0], 0.0), "{name} min");
+    assert!(near(got.max.unwrap(), values[n - 1], 0.0), "{name} max");
+    for (q, p) in [(0.5, got.p50), (0.9, got.p90), (0.99, got.p99)] {
+        let rank = ((q * n as f64).ceil() as usize).max(1);
+        let exact = values[rank - 1];
+        let p = p.unwrap();
+        assert!(near(p, exact, 1e-3) && p <= values[n - 1] + 1e-9, "{name} p{q}: {p} vs {exact}");
+    }
+}
+
+fn figures_from_the_records(m: &quetta_metrics::MetricsSummary, recs: &[RequestRecord]) {
+    let ok: Vec<&RequestRecord> = recs.iter().filter(|r| r.ok()).collect();
+    assert_eq!((m.completed, m.failed), (ok.len() as u64, (recs.len() - ok.len()) as u64));
+    check_stats("ttft", &m.ttft_ms, ok.iter().filter_map(|r| r.ttft_ms).collect());
+    check_stats("e2e", &m.e2e_ms, ok.iter().filter_map(|r| r.e2e_ms).collect());
+    check_stats("itl", &m.itl_ms, ok.iter().flat_map(|r| r.itl_ms()).collect());
 }
 
 #[test]
