@@ -46,7 +46,7 @@ enum Command {
     /// Print the Kubernetes manifest of a sharded run: a headless Service, an Indexed Job of
     /// --shards pods and the results volume.
     #[command(
-        after_help = "Example:\n  quetta-bench k8s --shards 8 --image registry.example/quetta:0.1 --base-url http://vllm:8000 --request-rate 400 --duration 10m | kubectl apply -f -"
+        after_help = "Example:\n  quetta-bench k8s --shards 8 --container-image registry.example/quetta:0.1 --base-url http://vllm:8000 --request-rate 400 --duration 10m | kubectl apply -f -"
     )]
     K8s(Box<commands::K8sArgs>),
     /// Merge the run directories of a sharded run's shards into one run directory, exactly

@@ -1,7 +1,8 @@
 //! A sharded run as Kubernetes objects ([`Manifest`]): a headless Service that gives shard
 //! 0 a stable name, an Indexed Job with one pod per shard (`JOB_COMPLETION_INDEX` is the
 //! shard), and the volume shard 0 writes the merged run to. Each object is a typed struct
-//! serialised as JSON, one YAML document each (JSON is YAML), for `kubectl apply -f -`.
+//! written as a YAML document (`serde_yaml_ng`), as Kubernetes users read and diff them, for
+//! `kubectl apply -f -`.
 
 use std::collections::BTreeMap;
 
@@ -247,8 +248,10 @@ impl Manifest {
         let meta =
             |name: String| Meta { name, namespace: self.namespace.clone(), labels: labels.clone() };
         let mut docs = Vec::new();
-        let json = |v: serde_json::Result<String>| v.map_err(|e| Error::config(e.to_string()));
-        docs.push(json(serde_json::to_string_pretty(&Object {
+        let yaml = |v: Result<String, serde_yaml_ng::Error>| {
+            v.map_err(|e| Error::config(format!("writing the manifest as YAML: {e}")))
+        };
+        docs.push(yaml(serde_yaml_ng::to_string(&Object {
             api_version: "v1",
             kind: "Service",
             metadata: meta(self.name.clone()),
@@ -262,7 +265,7 @@ impl Manifest {
         let claim = match &self.results {
             Results::NewClaim { size, storage_class } => {
                 let name = format!("{}-results", self.name);
-                docs.push(json(serde_json::to_string_pretty(&Object {
+                docs.push(yaml(serde_yaml_ng::to_string(&Object {
                     api_version: "v1",
                     kind: "PersistentVolumeClaim",
                     metadata: meta(name.clone()),
@@ -276,7 +279,7 @@ impl Manifest {
             }
             Results::Claim(c) => c.clone(),
         };
-        docs.push(json(serde_json::to_string_pretty(&self.job(
+        docs.push(yaml(serde_yaml_ng::to_string(&self.job(
             meta(self.name.clone()),
             labels,
             claim,
@@ -285,7 +288,6 @@ impl Manifest {
         for d in &docs {
             out.push_str("---\n");
             out.push_str(d);
-            out.push('\n');
         }
         Ok(out)
     }

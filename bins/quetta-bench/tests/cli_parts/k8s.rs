@@ -32,10 +32,12 @@ fn manifest(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// The manifest's YAML documents, read by a YAML parser.
 fn docs(m: &str) -> Vec<serde_json::Value> {
+    assert!(m.starts_with("---\napiVersion: v1\nkind: Service\n"), "YAML, not JSON:\n{m}");
     m.split("---\n")
         .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_json::from_str(d).unwrap())
+        .map(|d| serde_yaml_ng::from_str(d).unwrap())
         .collect()
 }
 
