@@ -14,6 +14,7 @@ use quetta::{
 };
 
 use crate::flags::RunArgs;
+use quetta_cli::SHARD_SECRET_ENV;
 
 /// Set by the first Ctrl-C: the command ends with exit status 130 once what was measured
 /// is written.
@@ -519,11 +520,17 @@ pub struct K8sArgs {
     /// the pods as OPENAI_API_KEY, never the manifest.
     #[arg(help_heading = "Kubernetes", long)]
     api_key_secret: Option<String>,
+    /// The Secret holding the shard secret, NAME or NAME:KEY (default NAME-shard-secret,
+    /// key `secret`; create it first, e.g. `kubectl create secret generic quetta-shard-secret
+    /// --from-literal=secret=$(openssl rand -hex 16)`): every pod gets it as
+    /// QUETTA_SHARD_SECRET, and shard 0 refuses a connection without it.
+    #[arg(help_heading = "Kubernetes", long)]
+    shard_secret: Option<String>,
 }
 
 /// The flags of `k8s` that are the manifest's, not the shards' (with whether they take a
 /// value).
-const K8S_ONLY: [(&str, bool); 11] = [
+const K8S_ONLY: [(&str, bool); 12] = [
     ("--container-image", true),
     ("--name", true),
     ("--namespace", true),
@@ -534,6 +541,7 @@ const K8S_ONLY: [(&str, bool); 11] = [
     ("--results-size", true),
     ("--storage-class", true),
     ("--api-key-secret", true),
+    ("--shard-secret", true),
     ("--shards", true),
 ];
 
@@ -627,10 +635,15 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
             );
         }
     }
-    let api_key_secret = a.api_key_secret.as_ref().map(|s| match s.split_once(':') {
-        Some((n, k)) => (n.to_owned(), k.to_owned()),
-        None => (s.clone(), "api-key".to_owned()),
-    });
+    let from_secret = |env: &str, given: &str, default_key: &str| {
+        let (secret, key) = given.split_once(':').unwrap_or((given, default_key));
+        quetta::k8s::SecretEnv { env: env.into(), secret: secret.into(), key: key.into() }
+    };
+    let shard_secret = a.shard_secret.clone().unwrap_or_else(|| format!("{}-shard-secret", a.name));
+    let mut env_from_secrets = vec![from_secret(SHARD_SECRET_ENV, &shard_secret, "secret")];
+    if let Some(s) = &a.api_key_secret {
+        env_from_secrets.push(from_secret("OPENAI_API_KEY", s, "api-key"));
+    }
     let mut m = quetta::k8s::Manifest {
         name: a.name.clone(),
         namespace: a.namespace.clone(),
@@ -647,7 +660,7 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
                 storage_class: a.storage_class.clone(),
             },
         },
-        api_key_secret,
+        env_from_secrets,
     };
     // every shard: `run`, the user's flags, and where the shards meet and write
     let place = [

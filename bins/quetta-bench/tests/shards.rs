@@ -1,5 +1,6 @@
 //! Sharded runs end to end: separate `quetta-bench` processes, one per shard, meet at shard 0
-//! (`--coordinator`), start together, send shard 0 their records and get one merged run.
+//! (`--coordinator`, with the shard secret from the environment), start together, send
+//! shard 0 their records and get one merged run.
 //!
 //! Run twice: over 127.0.0.1, and as separate hosts, each process in its own network
 //! namespace (its own address, joined to the others by veth pairs and a bridge), the
@@ -16,6 +17,9 @@ use std::time::{Duration, Instant};
 use common::{json, tmpdir, valid, SUMMARY_SCHEMA};
 
 const RATE: f64 = 200.0;
+const SECRET_ENV: &str = "QUETTA_SHARD_SECRET";
+/// The shard secret of the first run of each test: in no output, no file.
+const SECRET: &str = "shard-canary-5f1d";
 const REQUESTS: u64 = 600;
 
 /// Where each process runs: a command prefix (`ip netns exec NS`) and its address.
@@ -33,7 +37,7 @@ fn command(h: &Host, program: &Path) -> Command {
         }
         None => Command::new(program),
     };
-    c.env_remove("OPENAI_API_KEY").env_remove("JOB_COMPLETION_INDEX");
+    c.env_remove("OPENAI_API_KEY").env_remove("JOB_COMPLETION_INDEX").env_remove(SECRET_ENV);
     c
 }
 
@@ -78,14 +82,15 @@ fn simulator(host: &Host, bind: &str) -> Child {
 }
 
 /// Three shards on `hosts[1..]` against the simulator at `sim`, shard 0's coordinator at
-/// `port` of its host; shard `kill` (if any) is killed a second into the run. Shard 0's
-/// output.
+/// `port` of its host, each given `secret` (if any); shard `kill` (if any) is killed a
+/// second into the run. Shard 0's output.
 fn sharded_run(
     hosts: &[Host],
     sim: &str,
     port: u16,
     out: &Path,
     kill: Option<usize>,
+    secret: Option<&str>,
 ) -> (std::process::Output, Vec<PathBuf>) {
     let _ = std::fs::remove_dir_all(out);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_quetta-bench"));
@@ -101,7 +106,11 @@ fn sharded_run(
             out.with_file_name(format!("{}-own-{k}", out.file_name().unwrap().to_string_lossy()));
         let dir = if k == 0 { out.to_path_buf() } else { dir };
         let shard = format!("{k}/3");
-        let c = command(&hosts[k + 1], &bin)
+        let mut c = command(&hosts[k + 1], &bin);
+        if let Some(s) = secret {
+            c.env(SECRET_ENV, s);
+        }
+        let c = c
             .args(["run", "--base-url", &url, "--shard", &shard, "--coordinator", &coord])
             .args(["--request-rate", &rate, "--arrival", "constant", "--num-requests", &n])
             .args([
@@ -144,6 +153,13 @@ fn sharded_run(
 fn check_merged(out: &Path, o: &std::process::Output) -> serde_json::Value {
     let t = common::text(o);
     assert!(o.status.success(), "{t}");
+    // the shards had the secret: no warning, and the secret is nowhere in what they wrote
+    assert!(!t.contains(SECRET_ENV) && !t.contains(SECRET), "{t}");
+    for f in walk(out) {
+        let bytes = std::fs::read(&f).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(SECRET), "the shard secret is in {}", f.display());
+    }
     assert!(t.contains("shards     3 of 3 merged (3 finished"), "{t}");
     let s = json(&out.join("summary.json"));
     valid(SUMMARY_SCHEMA, &s);
@@ -195,6 +211,8 @@ fn check_merged(out: &Path, o: &std::process::Output) -> serde_json::Value {
 fn check_killed(out: &Path, o: &std::process::Output) {
     let t = common::text(o);
     assert_eq!(o.status.code(), Some(1), "{t}");
+    // no secret given: shard 0 says that anyone who reaches it may join
+    assert!(t.contains("--coordinator without QUETTA_SHARD_SECRET"), "{t}");
     assert!(t.contains("the run lost shards: 2 died"), "{t}");
     let s = json(&out.join("summary.json"));
     valid(SUMMARY_SCHEMA, &s);
@@ -208,6 +226,20 @@ fn check_killed(out: &Path, o: &std::process::Output) {
     assert_eq!(s["completed"].as_u64().unwrap(), others + done, "nothing measured is lost");
     assert_eq!(s["partial"], true);
     assert!(t.contains("shard 2 died: it completed"), "{t}");
+}
+
+/// Every file under `d`.
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().map(Result::unwrap) {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// The two runs share the machine's cores: one at a time, so neither measures the other's
@@ -231,10 +263,10 @@ fn three_shard_processes_over_loopback_merge_exactly_and_survive_a_dead_shard() 
     let _sim = Killed(vec![simulator(&hosts[0], &sim)]);
     let d = tmpdir("shards-lo");
     let out = d.join("merged");
-    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None);
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None, Some(SECRET));
     check_merged(&out, &o);
     let out = d.join("killed");
-    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, Some(2));
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, Some(2), None);
     check_killed(&out, &o);
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -311,7 +343,7 @@ fn three_shards_as_separate_hosts_in_network_namespaces() {
     let _sim = Killed(vec![simulator(&ns.hosts[0], &sim)]);
     let d = tmpdir("shards-netns");
     let out = d.join("merged");
-    let (o, _) = sharded_run(&ns.hosts, &sim, 7000, &out, None);
+    let (o, _) = sharded_run(&ns.hosts, &sim, 7000, &out, None, Some(SECRET));
     let s = check_merged(&out, &o);
     eprintln!(
         "netns: rate {} skew {} offset {}",
@@ -320,7 +352,7 @@ fn three_shards_as_separate_hosts_in_network_namespaces() {
         s["shards"]["max_clock_offset_ms"]
     );
     let out = d.join("killed");
-    let (o, _) = sharded_run(&ns.hosts, &sim, 7001, &out, Some(2));
+    let (o, _) = sharded_run(&ns.hosts, &sim, 7001, &out, Some(2), None);
     check_killed(&out, &o);
     let _ = std::fs::remove_dir_all(&d);
 }

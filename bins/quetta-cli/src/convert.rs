@@ -80,6 +80,9 @@ impl RunArgs {
         if self.dataset_name == Some(DatasetName::Sonnet) {
             w.push("--dataset-name sonnet: each line of --dataset-path is one prompt; vLLM builds its sonnet prompts of fixed length from random lines".into());
         }
+        if self.coordinator.is_some() && shard_secret().is_none() {
+            w.push(format!("--coordinator without {SHARD_SECRET_ENV}: any process that reaches shard 0's port and knows the run's flags may join as a shard; give every shard the same secret in {SHARD_SECRET_ENV}"));
+        }
         if self.backend() == BackendArg::Litellm && self.api_key().is_none() {
             w.push("--backend litellm without a key (--api-key, OPENAI_API_KEY or LITELLM_API_KEY): a proxy with a master key refuses every request".into());
         }
@@ -509,6 +512,15 @@ impl RunArgs {
         let mut s = quetta::Sharding::alone(shard);
         s.coordinator.clone_from(&self.coordinator);
         s.timeout = self.rendezvous_timeout;
+        s.secret = shard_secret();
         Ok(Some(s))
     }
+}
+
+/// The environment variable that gives every shard of a run the same secret.
+pub const SHARD_SECRET_ENV: &str = "QUETTA_SHARD_SECRET";
+
+/// The shard secret from the environment (an empty one is none).
+fn shard_secret() -> Option<quetta::ShardSecret> {
+    std::env::var(SHARD_SECRET_ENV).ok().filter(|s| !s.is_empty()).map(quetta::ShardSecret::new)
 }

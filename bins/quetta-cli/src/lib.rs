@@ -8,6 +8,7 @@ mod convert;
 mod values;
 
 pub use args::{ManagedArgs, RunArgs};
+pub use convert::SHARD_SECRET_ENV;
 pub use values::*;
 
 use quetta::engine::setting::Setting;

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::wire::{recv, send, Down, Up};
-use crate::{start_lead, unix_ns, ClockSync, ShardError};
+use crate::{start_lead, unix_ns, ClockSync, ShardError, ShardSecret};
 
 /// Where shard 0 listens and what it expects.
 #[derive(Debug, Clone)]
@@ -29,6 +29,8 @@ pub struct CoordinatorConfig {
     pub join_timeout: Duration,
     /// Where shard K's files go: `out/shard-K/`.
     pub out: PathBuf,
+    /// The secret a member must bring (`None`: any member that knows the plan may join).
+    pub secret: Option<ShardSecret>,
 }
 
 /// How a shard's part ended, as shard 0 saw it.
@@ -73,6 +75,8 @@ struct State {
     max_rtt: u64,
     /// Shards whose connection has ended (their `end` is final).
     ended: std::collections::BTreeSet<u32>,
+    /// Connections refused before they joined: the peer's address and why.
+    refused: Vec<String>,
     phase: watch::Sender<Phase>,
 }
 
@@ -112,6 +116,7 @@ impl Coordinator {
             ready: 0,
             max_rtt: 0,
             ended: std::collections::BTreeSet::new(),
+            refused: Vec::new(),
             phase,
         }));
         let s2 = state.clone();
@@ -141,6 +146,12 @@ impl Coordinator {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The connections refused before they joined (no shard secret or a wrong one, no
+    /// `Hello`): each peer's address and why. Nothing a peer sent is in it.
+    pub fn refused(&self) -> Vec<String> {
+        lock(&self.state).refused.clone()
     }
 
     /// Why the rendezvous was called off, if it was.
@@ -200,9 +211,9 @@ async fn accept_loop(listener: TcpListener, state: Shared) {
     loop {
         tokio::select! {
             a = listener.accept() => {
-                if let Ok((s, _)) = a {
+                if let Ok((s, peer)) = a {
                     let _ = s.set_nodelay(true);
-                    conns.spawn(serve(s, state.clone()));
+                    conns.spawn(serve(s, peer, state.clone()));
                 }
             }
             _ = phase.wait_for(|p| *p != Phase::Joining) => break,
@@ -221,7 +232,7 @@ fn abort(state: &Shared, reason: String) {
 }
 
 /// One member's connection, from `Hello` to `Done`.
-async fn serve(s: TcpStream, state: Shared) {
+async fn serve(s: TcpStream, peer: SocketAddr, state: Shared) {
     let (rd, mut w) = s.into_split();
     let mut r = BufReader::with_capacity(1 << 16, rd);
     let mut buf = Vec::new();
@@ -229,11 +240,19 @@ async fn serve(s: TcpStream, state: Shared) {
     let index =
         match tokio::time::timeout(timeout, handshake(&mut r, &mut w, &mut buf, &state)).await {
             Ok(Ok(k)) => k,
-            Ok(Err(reason)) => {
+            Ok(Err(Refusal::Outsider(why))) => {
+                lock(&state).refused.push(format!("{peer}: {why}"));
+                let _ = send(&mut w, &Down::Abort { reason: why.into() }).await;
+                return;
+            }
+            Ok(Err(Refusal::Member(reason))) => {
                 let _ = send(&mut w, &Down::Abort { reason }).await;
                 return;
             }
-            Err(_) => return,
+            Err(_) => {
+                lock(&state).refused.push(format!("{peer}: no hello within the join timeout"));
+                return;
+            }
         };
     // wait for everyone (or the call-off)
     let mut phase = lock(&state).phase.subscribe();
@@ -259,18 +278,35 @@ async fn serve(s: TcpStream, state: Shared) {
     st.ended.insert(index);
 }
 
+/// Why a connection did not join.
+enum Refusal {
+    /// Not a member of this run (no hello, no secret or a wrong one): refused, and the run
+    /// goes on.
+    Outsider(&'static str),
+    /// A member of this run that cannot join as it is (the run is called off when it says
+    /// so), or one that broke off.
+    Member(String),
+}
+
 /// `Hello`, the checks, `Welcome`, the clock exchange until `Synced`; the shard's index.
 async fn handshake(
     r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
     w: &mut OwnedWriteHalf,
     buf: &mut Vec<u8>,
     state: &Shared,
-) -> Result<u32, String> {
-    let Ok(Some(Up::Hello { index, count, fingerprint })) = recv(r, buf).await else {
-        return Err("a shard must begin with hello".into());
+) -> Result<u32, Refusal> {
+    let Ok(Some(Up::Hello { index, count, fingerprint, secret })) = recv(r, buf).await else {
+        return Err(Refusal::Outsider("a shard must begin with hello"));
     };
     {
         let mut st = lock(state);
+        if st.cfg.secret.as_ref().is_some_and(|s| !s.admits(secret.as_ref())) {
+            return Err(Refusal::Outsider(if secret.is_some() {
+                "a wrong shard secret"
+            } else {
+                "no shard secret"
+            }));
+        }
         let why = if count != st.cfg.count {
             Some(format!("shard {index} was started as one of {count} shards, shard 0 as one of {}: give every shard the same shard count", st.cfg.count))
         } else if fingerprint != st.cfg.fingerprint {
@@ -285,7 +321,7 @@ async fn handshake(
         if let Some(reason) = why {
             drop(st);
             abort(state, reason.clone());
-            return Err(reason);
+            return Err(Refusal::Member(reason));
         }
         let dir = st.cfg.out.join(format!("shard-{index}"));
         st.reports.insert(
@@ -301,12 +337,14 @@ async fn handshake(
             },
         );
     }
-    send(w, &Down::Welcome).await.map_err(|e| e.to_string())?;
+    send(w, &Down::Welcome).await.map_err(|e| Refusal::Member(e.to_string()))?;
     loop {
         match recv(r, buf).await {
             Ok(Some(Up::Ping { t1 })) => {
                 let t2 = unix_ns();
-                send(w, &Down::Pong { t1, t2, t3: unix_ns() }).await.map_err(|e| e.to_string())?;
+                send(w, &Down::Pong { t1, t2, t3: unix_ns() })
+                    .await
+                    .map_err(|e| Refusal::Member(e.to_string()))?;
             }
             Ok(Some(Up::Synced { offset_ns, rtt_ns })) => {
                 let mut st = lock(state);
@@ -322,7 +360,7 @@ async fn handshake(
             }
             _ => {
                 lock(state).reports.remove(&index);
-                return Err(format!("shard {index} broke off the clock exchange"));
+                return Err(Refusal::Member(format!("shard {index} broke off the clock exchange")));
             }
         }
     }

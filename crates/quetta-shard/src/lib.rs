@@ -20,6 +20,13 @@
 //!    `OUT/shard-K/` as they come, so a shard that dies mid-run loses nothing it had
 //!    measured. `Done` ends a member; shard 0 acknowledges with the count it received.
 //!
+//! **Who may join**: when the shards are given a [`ShardSecret`] (every shard the same),
+//! `Hello` carries it and shard 0 refuses a connection without it before any check that
+//! could tell the caller something; a refusal ends that connection only (an outsider
+//! cannot call the run off), and [`Coordinator::refused`] lists each one (its address and
+//! why) for the run's notes. The secret is compared in constant time and shown nowhere. It
+//! travels in clear text: the shards' network is the cluster's own.
+//!
 //! Messages are JSON lines. The wall clock (`SystemTime`) is read only to exchange instants
 //! between machines; everything measured within a run stays on the monotonic clock.
 
@@ -31,6 +38,39 @@ pub use coordinator::{Coordinator, CoordinatorConfig, ShardEnd, ShardReport};
 pub use member::{ClockSync, Member, RecordSender, Started};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The secret every shard of a run is given (an environment variable, a Kubernetes
+/// Secret); shard 0 refuses a member that does not bring it. `Debug` never shows it.
+///
+/// ```
+/// let s = quetta_shard::ShardSecret::new("s3cret");
+/// assert_eq!(format!("{s:?}"), "ShardSecret(<redacted>)");
+/// ```
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct ShardSecret(String);
+
+impl ShardSecret {
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+
+    /// Whether `given` is this secret, in time that does not depend on where they differ.
+    pub(crate) fn admits(&self, given: Option<&ShardSecret>) -> bool {
+        let (a, b) = (self.0.as_bytes(), given.map_or(&[][..], |g| g.0.as_bytes()));
+        let mut diff = u8::from(a.len() != b.len());
+        for (i, x) in a.iter().enumerate() {
+            diff |= x ^ b.get(i).copied().unwrap_or(!x);
+        }
+        diff == 0
+    }
+}
+
+impl std::fmt::Debug for ShardSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShardSecret(<redacted>)")
+    }
+}
 
 /// A rendezvous failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::wire::{recv, send, Down, Up};
-use crate::{unix_ns, ShardError};
+use crate::{unix_ns, ShardError, ShardSecret};
 
 /// The member's clock against shard 0's: `offset_ns` is shard 0's wall clock minus this
 /// member's (add it to a local instant to get shard 0's), from the exchange with the
@@ -105,13 +105,20 @@ impl Member {
         index: u32,
         count: u32,
         fingerprint: &str,
+        secret: Option<&ShardSecret>,
         timeout: Duration,
     ) -> Result<Member, ShardError> {
         let deadline = Instant::now() + timeout;
         let (rd, mut w) = connect(addr, deadline).await?.into_split();
         let mut r = BufReader::new(rd);
         let mut buf = Vec::new();
-        send(&mut w, &Up::Hello { index, count, fingerprint: fingerprint.to_owned() }).await?;
+        let hello = Up::Hello {
+            index,
+            count,
+            fingerprint: fingerprint.to_owned(),
+            secret: secret.cloned(),
+        };
+        send(&mut w, &hello).await?;
         match recv(&mut r, &mut buf).await? {
             Some(Down::Welcome) => {}
             Some(Down::Abort { reason }) => return Err(ShardError::Aborted(reason)),

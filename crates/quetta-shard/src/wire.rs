@@ -9,7 +9,13 @@ use crate::ShardError;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "m", rename_all = "snake_case")]
 pub(crate) enum Up {
-    Hello { index: u32, count: u32, fingerprint: String },
+    Hello {
+        index: u32,
+        count: u32,
+        fingerprint: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<crate::ShardSecret>,
+    },
     Ping { t1: i64 },
     Synced { offset_ns: i64, rtt_ns: u64 },
     Ready { planned: Option<u64> },

@@ -28,8 +28,20 @@ pub struct Manifest {
     pub cpu: String,
     pub memory: String,
     pub results: Results,
-    /// A Secret whose `key` becomes `OPENAI_API_KEY` (the key itself is never in the manifest).
-    pub api_key_secret: Option<(String, String)>,
+    /// Environment variables of every shard taken from Kubernetes Secrets (an API key, the
+    /// shard secret): the values are never in the manifest.
+    pub env_from_secrets: Vec<SecretEnv>,
+}
+
+/// An environment variable set from a key of a Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretEnv {
+    /// The variable's name, as the program reads it.
+    pub env: String,
+    /// The Secret's name.
+    pub secret: String,
+    /// The key within the Secret.
+    pub key: String,
 }
 
 /// Where shard 0 writes the merged run (`/results/NAME`).
@@ -155,7 +167,7 @@ struct Resources {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct EnvVar {
-    name: &'static str,
+    name: String,
     value_from: EnvSource,
 }
 
@@ -300,12 +312,12 @@ impl Manifest {
     ) -> Object<JobSpec> {
         let args = self.args.clone();
         let env = self
-            .api_key_secret
+            .env_from_secrets
             .iter()
-            .map(|(name, key)| EnvVar {
-                name: "OPENAI_API_KEY",
+            .map(|s| EnvVar {
+                name: s.env.clone(),
                 value_from: EnvSource {
-                    secret_key_ref: SecretKey { name: name.clone(), key: key.clone() },
+                    secret_key_ref: SecretKey { name: s.secret.clone(), key: s.key.clone() },
                 },
             })
             .collect();

@@ -59,7 +59,7 @@ pub use load::Load;
 pub use plan::{LengthStats, Plan, SessionPlan};
 pub use protocol_cost::{ProtocolCost, ProtocolCostReport};
 pub use quetta_engine::RequestKind;
-pub use shard::Sharding;
+pub use shard::{ShardSecret, Sharding};
 pub use sweep::{OnStep, SearchOver, SloSearch, Step, Steps, Sweep};
 pub use target::{Connected, Protocol, ProtocolOptions, Target, TargetKind};
 

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use quetta_loadgen::{BeforeMeasured, RecordSink, RunConfig, Shard};
 use quetta_metrics::RequestRecord;
 use quetta_report::{MergeOptions, RunSettings, ShardRun, Summary};
+pub use quetta_shard::ShardSecret;
 use quetta_shard::{Coordinator, CoordinatorConfig, Member, RecordSender, ShardEnd, Started};
 
 use crate::{Error, Result};
@@ -27,12 +28,22 @@ pub struct Sharding {
     pub bind: Option<SocketAddr>,
     /// How long the shards wait for each other to join.
     pub timeout: Duration,
+    /// The secret every shard is given: shard 0 refuses a connection without it (and the
+    /// merged run's notes list each refusal). `None`: any process that reaches shard 0 and
+    /// knows the plan may join.
+    pub secret: Option<ShardSecret>,
 }
 
 impl Sharding {
     /// Shard `shard`, running alone.
     pub fn alone(shard: Shard) -> Self {
-        Self { shard, coordinator: None, bind: None, timeout: Duration::from_secs(120) }
+        Self {
+            shard,
+            coordinator: None,
+            bind: None,
+            timeout: Duration::from_secs(120),
+            secret: None,
+        }
     }
 }
 
@@ -135,13 +146,16 @@ impl Joined {
                 fingerprint: fp.clone(),
                 join_timeout: s.timeout,
                 out: out.to_path_buf(),
+                secret: s.secret.clone(),
             })
             .await
             .map_err(shard_err)?;
             target = format!("127.0.0.1:{}", c.local_addr().port());
             coordinator = Some((c, out.to_path_buf()));
         }
-        let m = Member::join(&target, k, n, &fp, s.timeout).await.map_err(shard_err)?;
+        let m = Member::join(&target, k, n, &fp, s.secret.as_ref(), s.timeout)
+            .await
+            .map_err(shard_err)?;
         Ok(Joined {
             member: Arc::new(tokio::sync::Mutex::new(Some(m))),
             started: Arc::default(),
@@ -212,8 +226,17 @@ impl Joined {
             m.done().await.map_err(shard_err)?;
         }
         let Some((c, out)) = self.coordinator else { return Ok(None) };
+        let refused = c.refused();
         let (_, reports) = c.finish(grace).await;
         let mut opts = MergeOptions { overwrite, ..MergeOptions::default() };
+        if !refused.is_empty() {
+            opts.notes.push(format!(
+                "shard 0 refused {} connection{} that did not join as a shard: {}",
+                refused.len(),
+                if refused.len() == 1 { "" } else { "s" },
+                refused.join("; ")
+            ));
+        }
         let mut dirs = Vec::new();
         for r in &reports {
             if let ShardEnd::Died { reason } = &r.end {

@@ -132,8 +132,15 @@ fn manifests_pass_the_kubernetes_schemas_strictly() {
         let name = svc["metadata"]["name"].as_str().unwrap();
         assert!(co.starts_with(&format!("{name}-0.{name}:")), "{co}");
         assert!(c["resources"]["requests"]["cpu"].is_string());
+        let env = |n: &str| {
+            let e = c["env"].as_array().unwrap().iter().find(|e| e["name"] == n);
+            e.map(|e| e["valueFrom"]["secretKeyRef"].clone())
+        };
+        // every shard gets the shard secret from a Secret, never its value
+        let want = serde_json::json!({"name": format!("{name}-shard-secret"), "key": "secret"});
+        assert_eq!(env("QUETTA_SHARD_SECRET"), Some(want));
         if i == 1 {
-            assert_eq!(c["env"][0]["valueFrom"]["secretKeyRef"]["key"], "token");
+            assert_eq!(env("OPENAI_API_KEY").unwrap()["key"], "token");
             assert!(objs.iter().all(|o| o["kind"] != "PersistentVolumeClaim"), "an existing claim");
             assert_eq!(pod["volumes"][0]["persistentVolumeClaim"]["claimName"], "results");
         }
