@@ -16,12 +16,26 @@ pub(crate) enum Up {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secret: Option<crate::ShardSecret>,
     },
-    Ping { t1: i64 },
-    Synced { offset_ns: i64, rtt_ns: u64 },
-    Ready { planned: Option<u64> },
-    Started { skew_ns: i64 },
-    Record { line: String },
-    File { name: String, text: String },
+    Ping {
+        t1: i64,
+    },
+    Synced {
+        offset_ns: i64,
+        rtt_ns: u64,
+    },
+    Ready {
+        planned: Option<u64>,
+    },
+    Started {
+        skew_ns: i64,
+    },
+    Record {
+        line: String,
+    },
+    File {
+        name: String,
+        text: String,
+    },
     Done,
 }
 

@@ -53,7 +53,8 @@ fn three_shards_start_together_and_shard_0_gets_every_record() {
             tasks.push(tokio::spawn(async move {
                 // the shards come in any order, shard 2 a little late
                 tokio::time::sleep(Duration::from_millis(u64::from(k == 2) * 300)).await;
-                let mut m = Member::join(&addr, k, 3, "plan-1", None, Duration::from_secs(20)).await?;
+                let mut m =
+                    Member::join(&addr, k, 3, "plan-1", None, Duration::from_secs(20)).await?;
                 let clock = m.clock();
                 m.file("run.json", format!("{{\"shard\":{k}}}"))?;
                 let st = m.ready_and_start(Some(10)).await?;
@@ -100,7 +101,8 @@ fn a_shard_that_never_comes_is_named() {
             let addr = addr.clone();
             async move { Member::join(&addr, 0, 4, "plan-1", None, Duration::from_secs(5)).await }
         });
-        let b = Member::join(&addr, 2, 4, "plan-1", None, Duration::from_secs(5)).await.unwrap_err();
+        let b =
+            Member::join(&addr, 2, 4, "plan-1", None, Duration::from_secs(5)).await.unwrap_err();
         let e = b.to_string();
         assert!(e.contains("shards 1, 3 of 4 never joined within 1 s"), "{e}");
         assert!(a.await.unwrap().is_err());
@@ -114,10 +116,12 @@ fn a_shard_with_another_plan_is_refused() {
     let out = tmp("plan");
     rt().block_on(async {
         let (_c, addr) = coordinator(2, &out, Duration::from_secs(5)).await;
-        let e = Member::join(&addr, 1, 2, "plan-2", None, Duration::from_secs(5)).await.unwrap_err();
+        let e =
+            Member::join(&addr, 1, 2, "plan-2", None, Duration::from_secs(5)).await.unwrap_err();
         assert!(e.to_string().contains("shard 1's plan differs from shard 0's"), "{e}");
         let (_c, addr) = coordinator(2, &out, Duration::from_secs(5)).await;
-        let e = Member::join(&addr, 1, 3, "plan-1", None, Duration::from_secs(5)).await.unwrap_err();
+        let e =
+            Member::join(&addr, 1, 3, "plan-1", None, Duration::from_secs(5)).await.unwrap_err();
         assert!(e.to_string().contains("one of 3 shards, shard 0 as one of 2"), "{e}");
     });
     let _ = std::fs::remove_dir_all(&out);
@@ -130,14 +134,16 @@ fn a_shard_that_dies_mid_run_keeps_what_it_sent() {
         let (c, addr) = coordinator(2, &out, Duration::from_secs(10)).await;
         let a2 = addr.clone();
         let survivor = tokio::spawn(async move {
-            let mut m = Member::join(&a2, 0, 2, "plan-1", None, Duration::from_secs(10)).await.unwrap();
+            let mut m =
+                Member::join(&a2, 0, 2, "plan-1", None, Duration::from_secs(10)).await.unwrap();
             m.ready_and_start(Some(3)).await.unwrap();
             for i in 0..3 {
                 m.records().send(format!("{{\"id\":{i}}}"));
             }
             m.done().await.unwrap()
         });
-        let mut m = Member::join(&addr, 1, 2, "plan-1", None, Duration::from_secs(10)).await.unwrap();
+        let mut m =
+            Member::join(&addr, 1, 2, "plan-1", None, Duration::from_secs(10)).await.unwrap();
         m.ready_and_start(Some(5)).await.unwrap();
         m.records().send("{\"id\":1}".into());
         m.records().send("{\"id\":3}".into());

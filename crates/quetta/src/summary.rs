@@ -394,5 +394,4 @@ pub(crate) fn assemble(
     s.server_metrics = server;
     s.steady_state.clone_from(&o.steadiness);
     s
-
 }
