@@ -83,7 +83,8 @@ fn simulator(host: &Host, bind: &str) -> Child {
 
 /// Three shards on `hosts[1..]` against the simulator at `sim`, shard 0's coordinator at
 /// `port` of its host, each given `secret` (if any); shard `kill` (if any) is killed a
-/// second into the run. Shard 0's output.
+/// second into the run, or, with `interrupt`, shard 0 gets SIGINT (Ctrl-C) then. Shard 0's
+/// output.
 fn sharded_run(
     hosts: &[Host],
     sim: &str,
@@ -91,6 +92,7 @@ fn sharded_run(
     out: &Path,
     kill: Option<usize>,
     secret: Option<&str>,
+    interrupt: bool,
 ) -> (std::process::Output, Vec<PathBuf>) {
     let _ = std::fs::remove_dir_all(out);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_quetta-bench"));
@@ -133,6 +135,11 @@ fn sharded_run(
     }
     let mut zero = None;
     let started = Instant::now();
+    if interrupt {
+        std::thread::sleep(Duration::from_secs(1));
+        let pid = children.iter().find(|(k, _)| *k == 0).unwrap().1.id().to_string();
+        assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    }
     for (k, mut c) in children {
         if Some(k) == kill {
             std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
@@ -208,6 +215,32 @@ fn check_merged(out: &Path, o: &std::process::Output) -> serde_json::Value {
     s
 }
 
+/// Ctrl-C on shard 0 stopped every shard: each drained, marked itself partial and sent what
+/// it measured; the merged run is partial and holds every record.
+fn check_interrupted(out: &Path, o: &std::process::Output) {
+    let t = common::text(o);
+    assert_eq!(o.status.code(), Some(130), "{t}");
+    let s = json(&out.join("summary.json"));
+    valid(SUMMARY_SCHEMA, &s);
+    assert_eq!(s["partial"], true, "{t}");
+    let mut sum = 0;
+    for k in 0..3 {
+        let own = json(&out.join(format!("shard-{k}/summary.json")));
+        assert_eq!(own["partial"], true, "shard {k}");
+        let notes = own["notes"].to_string();
+        assert!(notes.contains("stopped early: shard 0 was stopped"), "shard {k}: {notes}");
+        let done = own["completed"].as_u64().unwrap();
+        assert!(done > 0 && done < REQUESTS / 3, "shard {k} stopped early: {done}");
+        let lines = std::fs::read_to_string(out.join(format!("shard-{k}/requests.jsonl")))
+            .unwrap()
+            .lines()
+            .count() as u64;
+        assert_eq!(lines, own["completed"].as_u64().unwrap() + own["failed"].as_u64().unwrap());
+        sum += done;
+    }
+    assert_eq!(s["completed"].as_u64().unwrap(), sum, "nothing measured is lost");
+}
+
 fn check_killed(out: &Path, o: &std::process::Output) {
     let t = common::text(o);
     assert_eq!(o.status.code(), Some(1), "{t}");
@@ -263,11 +296,14 @@ fn three_shard_processes_over_loopback_merge_exactly_and_survive_a_dead_shard() 
     let _sim = Killed(vec![simulator(&hosts[0], &sim)]);
     let d = tmpdir("shards-lo");
     let out = d.join("merged");
-    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None, Some(SECRET));
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None, Some(SECRET), false);
     check_merged(&out, &o);
     let out = d.join("killed");
-    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, Some(2), None);
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, Some(2), None, false);
     check_killed(&out, &o);
+    let out = d.join("interrupted");
+    let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None, Some(SECRET), true);
+    check_interrupted(&out, &o);
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -343,7 +379,7 @@ fn three_shards_as_separate_hosts_in_network_namespaces() {
     let _sim = Killed(vec![simulator(&ns.hosts[0], &sim)]);
     let d = tmpdir("shards-netns");
     let out = d.join("merged");
-    let (o, _) = sharded_run(&ns.hosts, &sim, 7000, &out, None, Some(SECRET));
+    let (o, _) = sharded_run(&ns.hosts, &sim, 7000, &out, None, Some(SECRET), false);
     let s = check_merged(&out, &o);
     eprintln!(
         "netns: rate {} skew {} offset {}",
@@ -352,7 +388,7 @@ fn three_shards_as_separate_hosts_in_network_namespaces() {
         s["shards"]["max_clock_offset_ms"]
     );
     let out = d.join("killed");
-    let (o, _) = sharded_run(&ns.hosts, &sim, 7001, &out, Some(2), None);
+    let (o, _) = sharded_run(&ns.hosts, &sim, 7001, &out, Some(2), None, false);
     check_killed(&out, &o);
     let _ = std::fs::remove_dir_all(&d);
 }

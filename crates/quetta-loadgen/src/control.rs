@@ -94,4 +94,17 @@ impl RunControl {
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
+
+    /// Return once the run is stopped (at once when it is already).
+    pub async fn wait_stopped(&self) {
+        loop {
+            let woken = self.notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.stopped() {
+                return;
+            }
+            woken.await;
+        }
+    }
 }

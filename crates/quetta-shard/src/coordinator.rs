@@ -77,6 +77,8 @@ struct State {
     ended: std::collections::BTreeSet<u32>,
     /// Connections refused before they joined: the peer's address and why.
     refused: Vec<String>,
+    /// Why every shard is to stop (set once, after the start).
+    stop: watch::Sender<Option<String>>,
     phase: watch::Sender<Phase>,
 }
 
@@ -117,6 +119,7 @@ impl Coordinator {
             max_rtt: 0,
             ended: std::collections::BTreeSet::new(),
             refused: Vec::new(),
+            stop: watch::channel(None).0,
             phase,
         }));
         let s2 = state.clone();
@@ -146,6 +149,13 @@ impl Coordinator {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// A handle that stops every shard (shard 0's Ctrl-C): before the start the rendezvous
+    /// is called off; after it each member is told to stop, drains, marks its results
+    /// partial and sends them as usual.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.state.clone())
     }
 
     /// The connections refused before they joined (no shard secret or a wrong one, no
@@ -221,6 +231,28 @@ async fn accept_loop(listener: TcpListener, state: Shared) {
     }
     drop(listener);
     while conns.join_next().await.is_some() {}
+}
+
+/// Stops every shard of a run ([`Coordinator::stopper`]).
+#[derive(Clone)]
+pub struct Stopper(Shared);
+
+impl std::fmt::Debug for Stopper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stopper")
+    }
+}
+
+impl Stopper {
+    /// Stop every shard, saying `reason`.
+    pub fn stop_all(&self, reason: &str) {
+        let started = matches!(*lock(&self.0).phase.borrow(), Phase::Start(_));
+        if started {
+            lock(&self.0).stop.send_replace(Some(reason.to_owned()));
+        } else {
+            abort(&self.0, reason.to_owned());
+        }
+    }
 }
 
 /// Call the whole run off: every member is told `reason`.
@@ -386,9 +418,19 @@ async fn run_phase(
         Err(e) => return io(e),
     };
     let mut started = false;
+    let mut stop = lock(state).stop.subscribe();
+    let mut stop_sent = false;
     let mut n = 0u64;
     loop {
         tokio::select! {
+            ch = stop.changed(), if started && !stop_sent => {
+                let reason = stop.borrow_and_update().clone();
+                if let (Ok(()), Some(reason)) = (ch, reason) {
+                    stop_sent = true;
+                    // a member that cannot hear it ends as it would have (its connection)
+                    let _ = send(w, &Down::Stop { reason }).await;
+                }
+            }
             m = recv(r, buf) => {
                 let reason = match m {
                     Ok(Some(m)) => Ok(m),

@@ -34,7 +34,7 @@ mod coordinator;
 mod member;
 mod wire;
 
-pub use coordinator::{Coordinator, CoordinatorConfig, ShardEnd, ShardReport};
+pub use coordinator::{Coordinator, CoordinatorConfig, ShardEnd, ShardReport, Stopper};
 pub use member::{ClockSync, Member, RecordSender, Started};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -49,6 +49,7 @@ pub struct Member {
     start: Option<oneshot::Receiver<Result<i64, ShardError>>>,
     received: Option<oneshot::Receiver<Result<u64, ShardError>>>,
     sent_records: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 async fn connect(addr: &str, deadline: Instant) -> Result<TcpStream, ShardError> {
@@ -144,7 +145,8 @@ impl Member {
         let writer = tokio::spawn(write_loop(w, rx, sent_records.clone()));
         let (start_tx, start_rx) = oneshot::channel();
         let (recv_tx, recv_rx) = oneshot::channel();
-        tokio::spawn(read_loop(r, start_tx, recv_tx));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(read_loop(r, start_tx, recv_tx, stop_tx));
         Ok(Member {
             index,
             clock,
@@ -153,7 +155,14 @@ impl Member {
             start: Some(start_rx),
             received: Some(recv_rx),
             sent_records,
+            stop: stop_rx,
         })
+    }
+
+    /// Why shard 0 told this shard to stop (shard 0 was stopped), once it has: `None`
+    /// until then.
+    pub fn stop_signal(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.stop.clone()
     }
 
     pub fn index(&self) -> u32 {
@@ -257,6 +266,7 @@ async fn read_loop(
     mut r: BufReader<OwnedReadHalf>,
     start: oneshot::Sender<Result<i64, ShardError>>,
     received: oneshot::Sender<Result<u64, ShardError>>,
+    stop: tokio::sync::watch::Sender<Option<String>>,
 ) {
     let mut buf = Vec::new();
     let mut start = Some(start);
@@ -272,6 +282,9 @@ async fn read_loop(
                 return;
             }
             Ok(Some(Down::Abort { reason })) => break ShardError::Aborted(reason),
+            Ok(Some(Down::Stop { reason })) => {
+                stop.send_replace(Some(reason));
+            }
             Ok(Some(_)) => break ShardError::Protocol("an unexpected message from shard 0".into()),
             Ok(None) => break ShardError::Protocol("shard 0 closed the connection".into()),
             Err(e) => break e,

@@ -44,11 +44,25 @@ pub(crate) enum Up {
 #[serde(tag = "m", rename_all = "snake_case")]
 pub(crate) enum Down {
     Welcome,
-    Pong { t1: i64, t2: i64, t3: i64 },
+    Pong {
+        t1: i64,
+        t2: i64,
+        t3: i64,
+    },
     Joined,
-    Start { at_unix_ns: i64 },
-    Received { records: u64 },
-    Abort { reason: String },
+    Start {
+        at_unix_ns: i64,
+    },
+    Received {
+        records: u64,
+    },
+    Abort {
+        reason: String,
+    },
+    /// Stop sending (shard 0 was stopped): drain, mark the results partial, send them.
+    Stop {
+        reason: String,
+    },
 }
 
 /// The longest line either side accepts (a record of a long stream, a summary).

@@ -503,10 +503,11 @@ impl Benchmark {
                         RunDir::create(d, self.overwrite)?;
                     }
                 }
-                Some(
+                let mut j =
                     crate::shard::Joined::join(s, addr, &settings, self.output_dir.as_deref())
-                        .await?,
-                )
+                        .await?;
+                j.relay_stop(&self.control);
+                Some(j)
             }
             None => None,
         };
@@ -588,6 +589,9 @@ impl Benchmark {
             );
         }
         summary.shard = shard_run;
+        if let Some(why) = joined.as_ref().and_then(crate::shard::Joined::stopped_by) {
+            summary.notes.insert(0, format!("stopped early: {why}"));
+        }
         let series = outcome.series;
         if let Some(d) = &dir {
             d.write_series(&series)?;

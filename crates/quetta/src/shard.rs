@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quetta_loadgen::{BeforeMeasured, RecordSink, RunConfig, Shard};
+use quetta_loadgen::{BeforeMeasured, RecordSink, RunConfig, RunControl, Shard};
 use quetta_metrics::RequestRecord;
 use quetta_report::{MergeOptions, RunSettings, ShardRun, Summary};
 pub use quetta_shard::ShardSecret;
@@ -109,6 +109,19 @@ pub(crate) struct Joined {
     member: Arc<tokio::sync::Mutex<Option<Member>>>,
     started: Arc<Mutex<Option<Started>>>,
     coordinator: Option<(Coordinator, PathBuf)>,
+    /// Why shard 0 stopped this shard, once it has.
+    stopped_by: tokio::sync::watch::Receiver<Option<String>>,
+    /// The tasks that carry a stop across the shards (ended with this value).
+    relays: Vec<AbortOnDrop>,
+}
+
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn shard_err(e: quetta_shard::ShardError) -> Error {
@@ -157,10 +170,37 @@ impl Joined {
             .await
             .map_err(shard_err)?;
         Ok(Joined {
+            stopped_by: m.stop_signal(),
             member: Arc::new(tokio::sync::Mutex::new(Some(m))),
             started: Arc::default(),
             coordinator,
+            relays: Vec::new(),
         })
+    }
+
+    /// Carry a stop across the shards: shard 0 stopped (Ctrl-C) stops every shard; a shard
+    /// told by shard 0 to stop stops its own run, which drains and is marked partial.
+    pub(crate) fn relay_stop(&mut self, control: &Arc<RunControl>) {
+        if let Some((c, _)) = &self.coordinator {
+            let (stopper, control) = (c.stopper(), control.clone());
+            self.relays.push(AbortOnDrop(tokio::spawn(async move {
+                control.wait_stopped().await;
+                stopper.stop_all(
+                    "shard 0 was stopped: every shard stops and marks its results partial",
+                );
+            })));
+        }
+        let (mut told, control) = (self.stopped_by.clone(), control.clone());
+        self.relays.push(AbortOnDrop(tokio::spawn(async move {
+            if told.wait_for(Option::is_some).await.is_ok() {
+                control.stop();
+            }
+        })));
+    }
+
+    /// Why shard 0 stopped this shard, if it did.
+    pub(crate) fn stopped_by(&self) -> Option<String> {
+        self.stopped_by.borrow().clone()
     }
 
     pub(crate) fn clock_of(&self) -> Option<quetta_shard::ClockSync> {
