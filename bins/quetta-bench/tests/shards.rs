@@ -12,7 +12,7 @@ mod common;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{json, tmpdir, valid, SUMMARY_SCHEMA};
 
@@ -133,26 +133,27 @@ fn sharded_run(
         children.push((k, c));
         dirs.push(dir);
     }
-    let mut zero = None;
-    let started = Instant::now();
-    if interrupt {
+    if interrupt || kill.is_some() {
+        // a second into the run (it lasts three)
         std::thread::sleep(Duration::from_secs(1));
+    }
+    if interrupt {
         let pid = children.iter().find(|(k, _)| *k == 0).unwrap().1.id().to_string();
         assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     }
-    for (k, mut c) in children {
-        if Some(k) == kill {
-            std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
-            c.kill().unwrap();
-            let _ = c.wait();
-        } else if k == 0 {
-            zero = Some(c);
-        } else {
-            let o = c.wait_with_output().unwrap();
+    if let Some(k) = kill {
+        children.iter_mut().find(|(i, _)| *i == k).unwrap().1.kill().unwrap();
+    }
+    let mut zero = None;
+    for (k, c) in children {
+        let o = c.wait_with_output().unwrap();
+        if k == 0 {
+            zero = Some(o);
+        } else if kill.is_none_or(|x| x != 0 && x != k) {
             assert!(o.status.success(), "shard {k}: {}", common::text(&o));
         }
     }
-    (zero.unwrap().wait_with_output().unwrap(), dirs)
+    (zero.unwrap(), dirs)
 }
 
 /// What a sharded run must show: every shard joined, started within 5 ms, the plan sent
@@ -241,6 +242,43 @@ fn check_interrupted(out: &Path, o: &std::process::Output) {
     assert_eq!(s["completed"].as_u64().unwrap(), sum, "nothing measured is lost");
 }
 
+/// Shard 0 died a second in: the others ran their slices to the end on their own disks
+/// (`OWN/local/shard-K`), and those merge exactly into a run that names shard 0 as missing.
+fn check_survivors(dirs: &[PathBuf], merged: &Path) {
+    let locals: Vec<PathBuf> = [(&dirs[1], 1), (&dirs[0], 2)]
+        .iter()
+        .map(|(d, k)| d.join(format!("local/shard-{k}")))
+        .collect();
+    let mut union = quetta_metrics::Aggregate::new(None);
+    for (k, d) in locals.iter().enumerate() {
+        let own = json(&d.join("summary.json"));
+        valid(SUMMARY_SCHEMA, &own);
+        assert_eq!(own["shard"]["index"], k + 1);
+        let text = std::fs::read_to_string(d.join("requests.jsonl")).unwrap();
+        assert_eq!(text.lines().count() as u64, REQUESTS / 3, "shard {}: its whole slice", k + 1);
+        for line in text.lines() {
+            union.add(&serde_json::from_str(line).unwrap());
+        }
+    }
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_quetta-bench"));
+    let o = Command::new(bin)
+        .arg("merge")
+        .args(&locals)
+        .arg("--output-dir")
+        .arg(merged)
+        .output()
+        .unwrap();
+    let t = common::text(&o);
+    let s = json(&merged.join("summary.json"));
+    valid(SUMMARY_SCHEMA, &s);
+    assert_eq!(s["partial"], true, "{t}");
+    assert!(s["notes"].to_string().contains("shards 0 of 3 are missing"), "{}", s["notes"]);
+    let m = serde_json::to_value(union.summary(&[])).unwrap();
+    for key in ["completed", "ttft_ms", "e2e_ms", "itl_ms"] {
+        assert_eq!(s[key], m[key], "{key}: merged against the union of the survivors' records");
+    }
+}
+
 fn check_killed(out: &Path, o: &std::process::Output) {
     let t = common::text(o);
     assert_eq!(o.status.code(), Some(1), "{t}");
@@ -304,6 +342,9 @@ fn three_shard_processes_over_loopback_merge_exactly_and_survive_a_dead_shard() 
     let out = d.join("interrupted");
     let (o, _) = sharded_run(&hosts, &sim, free_port(), &out, None, Some(SECRET), true);
     check_interrupted(&out, &o);
+    let out = d.join("zero-died");
+    let (_, dirs) = sharded_run(&hosts, &sim, free_port(), &out, Some(0), Some(SECRET), false);
+    check_survivors(&dirs, &d.join("survivors"));
     let _ = std::fs::remove_dir_all(&d);
 }
 

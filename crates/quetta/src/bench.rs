@@ -519,9 +519,14 @@ impl Benchmark {
             }
             r
         });
-        // The directory is made only now: everything before could still refuse the run.
-        let dir = match (&self.output_dir, &joined) {
-            (Some(d), None) => Some(RunDir::create(d, self.overwrite)?),
+        // The directory is made only now: everything before could still refuse the run. A
+        // shard that met shard 0 keeps its own copy too (OUT/local/shard-K, a shard directory
+        // `merge` reads), so the shards that survive shard 0 still merge exactly.
+        let dir = match (&self.output_dir, &joined, &self.sharding) {
+            (Some(d), None, _) => Some(RunDir::create(d, self.overwrite)?),
+            (Some(d), Some(_), Some(s)) if s.shard.index() != 0 => {
+                Some(RunDir::create(crate::shard::local_dir(d, s.shard.index()), self.overwrite)?)
+            }
             _ => None,
         };
         let mut manifest = RunManifest::new(
@@ -561,14 +566,18 @@ impl Benchmark {
             _ => return Err(Error::config("an unknown kind of workload")),
         };
         let mut runner = Runner::new(c.engine.clone(), cfg).control(self.control.clone());
+        let mut sinks: Vec<Box<dyn quetta_loadgen::RecordSink>> = Vec::new();
         if let Some(d) = &dir {
-            runner = runner.sink(Box::new(JsonlSink::new(d.create_records()?)));
+            sinks.push(Box::new(JsonlSink::new(d.create_records()?)));
         }
         if let Some(sink) = match &joined {
             Some(j) => j.sink().await,
             None => None,
         } {
-            runner = runner.sink(sink);
+            sinks.push(sink);
+        }
+        if !sinks.is_empty() {
+            runner = runner.sink(Box::new(crate::shard::Tee(sinks)));
         }
         let outcome: RunOutcome = runner.run(work).await?;
         let (server, gpu) = telemetry.finish().await;
@@ -612,7 +621,7 @@ impl Benchmark {
                 };
                 return Ok(BenchReport { summary: merged, series, dir: out });
             }
-            return Ok(BenchReport { summary, series, dir: None });
+            return Ok(BenchReport { summary, series, dir: dir.map(|d| d.path().to_path_buf()) });
         }
         Ok(BenchReport { summary, series, dir: dir.map(|d| d.path().to_path_buf()) })
     }

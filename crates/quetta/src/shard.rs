@@ -87,6 +87,39 @@ pub(crate) fn record_start(run: &mut ShardRun, started_at: SystemTime, met: Opti
     }
 }
 
+/// Where shard `k` (not 0) that met shard 0 keeps its own copy of its run under the output
+/// directory `out`: `out/local/shard-K` (apart from `out/shard-K`, which shard 0 writes when
+/// `out` is a volume every shard shares).
+pub(crate) fn local_dir(out: &Path, k: u32) -> PathBuf {
+    out.join("local").join(format!("shard-{k}"))
+}
+
+/// Every record to each sink, in order; the first error is the write's.
+pub(crate) struct Tee(pub(crate) Vec<Box<dyn RecordSink>>);
+
+impl RecordSink for Tee {
+    fn write(&mut self, rec: &RequestRecord) -> std::io::Result<()> {
+        let mut first = Ok(());
+        for s in &mut self.0 {
+            let r = s.write(rec);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut first = Ok(());
+        for s in &mut self.0 {
+            let r = s.flush();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
 /// Records to shard 0 as the recorder writes them.
 struct ForwardSink(RecordSender);
 
