@@ -309,15 +309,32 @@ fn a_second_ctrl_c_quits_at_once() {
     ]);
     // the handler is in place once run.json is written (before the first request)
     wait_for(&d.join("run.json"), Instant::now());
+    // (the four requests are sent at once; the first Ctrl-C must find them in flight)
     std::thread::sleep(Duration::from_millis(300));
+    let mut child = child;
+    let err = std::io::BufReader::new(child.stderr.take().unwrap());
     interrupt(&child);
-    std::thread::sleep(Duration::from_millis(500));
+    // the second Ctrl-C once the first is handled: the command says so
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(err).map_while(Result::ok) {
+            if line.contains("interrupted: no new requests") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(30)).expect("the first Ctrl-C is handled");
     let t0 = Instant::now();
     interrupt(&child);
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let err = reader.join().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(5), "quit at once, not after the drain");
-    assert!(text(&o).contains("interrupted twice"), "{}", text(&o));
+    assert!(err.contains("interrupted twice"), "{err}");
 }
 
 /// A one-route-per-answer HTTP/1.1 server on 127.0.0.1: `answer(method, path, headers)`
