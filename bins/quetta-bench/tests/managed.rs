@@ -408,7 +408,8 @@ const BEDROCK_MODEL: [&str; 2] = ["--model", "eu.anthropic.claude-3-7-sonnet-202
 /// the service's own latency beside the client's.
 #[test]
 fn bedrock_throttling_is_counted_and_said_even_when_retried() {
-    // every 6th signed request over the quota (the pre-flight's two are the first)
+    // every 6th signed request over the quota (the pre-flight's one is the first: a managed
+    // endpoint's transport knows its habit, so no second request is billed to learn it)
     let fake = aws_fake("AKIDQUETTACLI", "eu-west-1", |c| {
         c.throttle_every = Some(6);
         c.ttft = Duration::from_millis(20);
@@ -430,7 +431,7 @@ fn bedrock_throttling_is_counted_and_said_even_when_retried() {
     assert!(oa.status.success(), "{}", text(&oa));
     let s = summary(&a);
     assert_eq!(s["target"]["backend"], "bedrock-converse");
-    // requests 3..=10 of the fake's count: the 6th is throttled, no other
+    // requests 2..=9 of the fake's count: the 6th is throttled, no other
     assert_eq!(
         (s["completed"].as_u64(), s["failed"].as_u64()),
         (Some(7), Some(1)),
@@ -438,6 +439,7 @@ fn bedrock_throttling_is_counted_and_said_even_when_retried() {
         text(&oa)
     );
     assert_eq!(s["errors"]["throttled"], 1, "{}", s["errors"]);
+    assert_eq!(fake.records().len(), 1 + 8, "one pre-flight request, then the run's 8");
     assert!(text(&oa).contains("WARNING: the provider throttled 1 of 8 requests"), "{}", text(&oa));
     // the service's latency (its planned 20 + 2 × 11 ms) beside the client's E2E
     let st = &s["server_timing"];

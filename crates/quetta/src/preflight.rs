@@ -38,15 +38,20 @@ pub(crate) async fn kserve_preflight(
 }
 
 /// One request for a single token, unmeasured: a dead upstream behind a proxy, an unknown
-/// model or a refused key ends the command here, in the server's words.
+/// model or a refused key ends the command here, in the server's words. With `learn`, it
+/// is sent twice, to learn the server's habit with connections ([`learn_habit`]); a
+/// transport that knows it already (a managed endpoint, whose every request is billed)
+/// sends it once.
 pub(crate) async fn preflight_request(
     engine: &dyn Engine,
     base_url: &str,
     protocol: Protocol,
     headers: &[(String, String)],
+    learn: bool,
 ) -> Result<()> {
     match preflight_req(protocol, headers) {
-        Some(req) => learn_habit(engine, base_url, req).await,
+        Some(req) if learn => learn_habit(engine, base_url, req).await,
+        Some(req) => one_preflight(engine, base_url, req).await,
         // its cheapest valid call uploads a recording: the model list was the check
         None => Ok(()),
     }

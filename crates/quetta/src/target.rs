@@ -350,6 +350,13 @@ impl Target {
         }
     }
 
+    /// A managed endpoint's transport: AWS's and Google's front ends keep a connection
+    /// after a streamed answer, so the transport need not learn it (and the pre-flight
+    /// need not pay a second request to teach it).
+    fn managed_transport(&self) -> TransportConfig {
+        TransportConfig { keeps_streams: true, ..self.transport() }
+    }
+
     /// Build the engine: start the embedded simulator, find the model (`/v1/models` when
     /// none is given), load credentials for managed endpoints. Per-phase timeouts other
     /// than connect are the runner's ([`crate::Benchmark::timeouts`]), around any engine.
@@ -542,7 +549,8 @@ impl Target {
                 .map_err(|e| Error::config(e.to_string()))?
         };
         if self.preflight && !embedded {
-            preflight_request(engine.as_ref(), base_url, self.protocol, &self.headers).await?;
+            preflight_request(engine.as_ref(), base_url, self.protocol, &self.headers, true)
+                .await?;
         }
         Ok(Connected {
             backend: engine.name().to_owned(),
@@ -586,7 +594,7 @@ impl Target {
     async fn connect_sagemaker(&self, cfg: &quetta_aws::SageMakerConfig) -> Result<Connected> {
         let mut c = cfg.clone();
         c.model = self.model.clone().unwrap_or_else(|| c.endpoint_name.clone());
-        c.transport = self.transport();
+        c.transport = self.managed_transport();
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         c.session_body_field.clone_from(&self.session_body_field);
         let payload = match &c.payload {
@@ -617,7 +625,7 @@ impl Target {
                 "Bedrock needs a model: a model id, an inference profile id or an ARN",
             ));
         }
-        c.transport = self.transport();
+        c.transport = self.managed_transport();
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         let (model, api) = (c.model_id.clone(), c.api);
         let e = quetta_aws::BedrockEngine::new(c).await.map_err(|e| adapter_error("Bedrock", e))?;
@@ -632,7 +640,7 @@ impl Target {
         )];
         let base = e.base_url().to_owned();
         if self.preflight {
-            preflight_request(&e, &base, Protocol::Chat, &self.headers).await?;
+            preflight_request(&e, &base, Protocol::Chat, &self.headers, false).await?;
         }
         Ok(self.managed(Arc::new(e), model, base, notes))
     }
@@ -652,7 +660,7 @@ impl Target {
                 ))
             }
         };
-        c.transport = self.transport();
+        c.transport = self.managed_transport();
         c.record_headers = self.record_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         let api = match c.api {
             VertexApi::Gemini => "gemini",
