@@ -208,7 +208,7 @@ fn banner(a: &RunArgs) {
     for w in a.warnings() {
         eprintln!("warning: {w}");
     }
-    if let (true, Some(m)) = (a.embedded_simulator(), &a.sim_model) {
+    if let (true, Some(m)) = (a.embedded_simulator(), &a.twin.sim_model) {
         eprintln!(
             "no --base-url: benchmarking Quetta's embedded simulator as the twin in {}",
             m.display()
@@ -216,10 +216,10 @@ fn banner(a: &RunArgs) {
     } else if a.embedded_simulator() {
         eprintln!(
             "no --base-url: benchmarking Quetta's embedded simulator (TTFT {} ms, ITL {} ms)",
-            a.sim_ttft_ms, a.sim_itl_ms
+            a.target.sim_ttft_ms, a.target.sim_itl_ms
         );
     }
-    if a.insecure {
+    if a.target.insecure {
         eprintln!("warning: --insecure: TLS certificates are NOT verified");
     }
 }
@@ -227,12 +227,12 @@ fn banner(a: &RunArgs) {
 /// `quetta-bench run`.
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let b = a.to_benchmark()?;
-    let rt = runtime(a.threads, &b.control)?;
-    if a.dry_run {
+    let rt = runtime(a.load.threads, &b.control)?;
+    if a.output.dry_run {
         print!("{}", rt.block_on(b.plan())?);
         return Ok(ExitCode::SUCCESS);
     }
-    let r = if a.predict {
+    let r = if a.twin.predict {
         let model = b
             .target
             .sim_config()
@@ -241,19 +241,19 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         rt.block_on(b.predict(&model))?
     } else {
         banner(a);
-        let display = Display::start(&rt, &b, a.quiet);
+        let display = Display::start(&rt, &b, a.output.quiet);
         let r = rt.block_on(b.run());
         display.finish();
         r?
     };
     let table = render_summary(&r.summary, r.dir.as_deref());
-    if a.json {
+    if a.output.json {
         eprintln!("{table}");
         println!("{}", serde_json::to_string_pretty(&r.summary)?);
     } else {
         println!("{table}");
     }
-    if a.save_result {
+    if a.output.save_result {
         let d = r.dir.as_deref().context("--save-result needs the run's directory")?;
         let path = save_result(a, &RunDir::open(d)?)?;
         eprintln!("vLLM result {}", path.display());
@@ -262,7 +262,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         eprintln!("error: {lost}");
         return Ok(ExitCode::from(1));
     }
-    Ok(exit(verdict(&r.summary, a.min_success_rate)))
+    Ok(exit(verdict(&r.summary, a.output.min_success_rate)))
 }
 
 /// Exit 1, saying why, when the run failed (`Summary::failure`).
@@ -278,11 +278,11 @@ fn verdict(s: &quetta::report::Summary, min: f64) -> ExitCode {
 
 /// `--save-result`: the vLLM result JSON in --result-dir, named as vLLM names it.
 fn save_result(a: &RunArgs, d: &RunDir) -> Result<PathBuf> {
-    let name = match &a.result_filename {
+    let name = match &a.output.result_filename {
         Some(n) => n.clone(),
         None => quetta::export::vllm_file_name(&d.read_summary()?),
     };
-    let dir = a.result_dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    let dir = a.output.result_dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(name);
     quetta::export::write_vllm(d, &path)?;
@@ -321,7 +321,7 @@ fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
     if b.sharding.is_some() {
         bail!("a {kind} is not sharded (--shard, --shards): shard the run of one step instead");
     }
-    b.output_dir = Some(a.output_dir.clone().unwrap_or_else(|| RunDir::default_path(kind)));
+    b.output_dir = Some(a.output.output_dir.clone().unwrap_or_else(|| RunDir::default_path(kind)));
     Ok(b)
 }
 
@@ -352,10 +352,10 @@ pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
         (None, None, false) => Steps::Concurrencies(a.concurrencies.clone()),
         (None, None, true) => bail!("give --concurrencies, --concurrency-pow2 or --rates"),
     };
-    let rt = runtime(a.run.threads, &b.control)?;
+    let rt = runtime(a.run.load.threads, &b.control)?;
     banner(&a.run);
     let dir = b.output_dir.clone();
-    let display = Arc::new(Display::start(&rt, &b, a.run.quiet));
+    let display = Arc::new(Display::start(&rt, &b, a.run.output.quiet));
     let mut s = Sweep::new(b, steps);
     s.same_prompts = a.same_prompts;
     s.on_step = Some(say(&display));
@@ -412,7 +412,7 @@ pub fn slo(a: SloArgs) -> Result<ExitCode> {
         "concurrency" => SearchOver::Concurrency,
         s => bail!("--search {s:?}: expected rate or concurrency"),
     };
-    let rt = runtime(a.run.threads, &b.control)?;
+    let rt = runtime(a.run.load.threads, &b.control)?;
     banner(&a.run);
     let dir = b.output_dir.clone();
     let mut s = SloSearch::new(b, objectives);
@@ -420,7 +420,7 @@ pub fn slo(a: SloArgs) -> Result<ExitCode> {
     (s.start, s.max, s.tolerance) = (a.start, a.max, a.tolerance);
     (s.requests_per_probe, s.max_error_rate, s.max_probes) =
         (a.min_requests, a.max_error_rate, a.max_probes);
-    let display = Arc::new(Display::start(&rt, &s.base, a.run.quiet));
+    let display = Arc::new(Display::start(&rt, &s.base, a.run.output.quiet));
     s.on_step = Some(say(&display));
     let report = rt.block_on(s.run());
     if let Ok(d) = Arc::try_unwrap(display) {
@@ -578,8 +578,8 @@ fn shard_args(argv: &[String]) -> Vec<String> {
 
 /// The container image: --container-image, or the one --image of a run without vision.
 fn container_image(a: &K8sArgs) -> Result<(String, bool)> {
-    let vision = a.run.modality == crate::flags::ModalityArg::Vision;
-    match (&a.container_image, a.run.images.as_slice()) {
+    let vision = a.run.workload.modality == crate::flags::ModalityArg::Vision;
+    match (&a.container_image, a.run.workload.images.as_slice()) {
         (Some(i), _) => Ok((i.clone(), false)),
         (None, [one]) if !vision => Ok((one.display().to_string(), true)),
         _ => bail!("give the container image: --container-image IMAGE (or --image IMAGE without --modality vision)"),
@@ -587,7 +587,7 @@ fn container_image(a: &K8sArgs) -> Result<(String, bool)> {
 }
 
 pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
-    let n = a.run.shards.context("give --shards N: one pod per shard")?;
+    let n = a.run.sharding.shards.context("give --shards N: one pod per shard")?;
     let (image, from_image_flag) = container_image(a)?;
     let argv: Vec<String> = std::env::args().collect();
     let mut args = shard_args(&argv);
@@ -605,7 +605,7 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
             bail!("quetta-bench k8s sets no {flag}: {why}");
         }
     }
-    if a.run.base_url.is_none()
+    if a.run.target.base_url.is_none()
         && a.run.managed.sagemaker_endpoint.is_none()
         && a.run.backend() != crate::flags::BackendArg::Bedrock
         && a.run.managed.vertex_project.is_none()
@@ -613,21 +613,23 @@ pub fn k8s(a: &K8sArgs) -> Result<ExitCode> {
         bail!("give the server every shard loads (--base-url): without one, each pod would benchmark an embedded simulator of its own");
     }
     // the flags must make a run: check them as shard 0 would read them
-    let mut probe = RunArgs { shard_index: Some("0".into()), ..a.run.clone() };
+    let mut probe = a.run.clone();
+    probe.sharding.shard_index = Some("0".into());
     if from_image_flag {
-        probe.images.clear();
+        probe.workload.images.clear();
     }
-    probe.coordinator = Some(format!("{}-0.{}:{}", a.name, a.name, a.port));
+    probe.sharding.coordinator = Some(format!("{}-0.{}:{}", a.name, a.name, a.port));
     probe.to_benchmark()?;
     let shard = quetta::Shard::new(0, n).map_err(|e| anyhow::anyhow!("--shards: {e}"))?;
     for (flag, c) in
-        [("concurrency", a.run.concurrency), ("max concurrency", a.run.max_concurrency)]
+        [("concurrency", a.run.load.concurrency), ("max concurrency", a.run.load.max_concurrency)]
     {
         if let Some(c) = c {
             shard.check_split(flag, c).map_err(anyhow::Error::msg)?;
         }
     }
-    for (flag, path) in [("--dataset", &a.run.dataset), ("--trace", &a.run.trace)] {
+    for (flag, path) in [("--dataset", &a.run.workload.dataset), ("--trace", &a.run.workload.trace)]
+    {
         if let Some(p) = path {
             eprintln!(
                 "note: {flag} {} must exist at that path inside the image (or a volume you add)",

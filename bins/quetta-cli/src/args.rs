@@ -1,4 +1,5 @@
-//! The flags of `run` (shared by `sweep`, `slo` and `quetta-sim predict`), in groups.
+//! The flags of `run` (shared by `sweep`, `slo` and `quetta-sim predict`): one struct per
+//! option group, flattened into [`RunArgs`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,10 +83,9 @@ pub struct ManagedArgs {
     pub vertex_credentials: Option<PathBuf>,
 }
 
-/// Flags of `quetta-bench run`.
+/// The server: where it is, what it speaks, how to reach it (or the embedded simulator).
 #[derive(Debug, Clone, Args)]
-#[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
-pub struct RunArgs {
+pub struct TargetArgs {
     /// Server root URL (http:// or https://). Without it, Quetta starts its embedded simulator.
     #[arg(help_heading = "Target", long)]
     pub base_url: Option<String>,
@@ -151,6 +151,11 @@ pub struct RunArgs {
     /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
     #[arg(help_heading = "Target", long = "sim-fault")]
     pub sim_faults: Vec<quetta::sim::faults::FaultRule>,
+}
+
+/// The calibrated twin served or predicted in place of a server.
+#[derive(Debug, Clone, Args)]
+pub struct TwinArgs {
     /// Embedded simulator: serve as the twin of this server model (`quetta-probe calibrate`);
     /// --sim-ttft-ms, --sim-itl-ms and --sim-max-running then do not apply.
     #[arg(help_heading = "Twin", long, visible_alias = "server-model")]
@@ -168,6 +173,11 @@ pub struct RunArgs {
     /// (needs --sim-model): the same run directory, in seconds.
     #[arg(help_heading = "Twin", long, requires = "sim_model")]
     pub predict: bool,
+}
+
+/// How requests (or sessions) are sent over time, and how many.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
     /// Measured requests to send (default 100 when no --duration is given; a trace: all).
     #[arg(help_heading = "Load", long, value_parser = positive_u64)]
     pub num_requests: Option<u64>,
@@ -235,6 +245,11 @@ pub struct RunArgs {
     /// Seed of the schedule and the prompts.
     #[arg(help_heading = "Load", long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// What is sent: prompts, datasets, traces, sessions, images, sampling.
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
     /// A named workload profile (see `quetta-bench profiles`); explicit flags override it.
     #[arg(help_heading = "Workload", long)]
     pub profile: Option<String>,
@@ -304,8 +319,8 @@ pub struct RunArgs {
     pub max_output_len: Option<u32>,
     /// Lengths (and, without --request-rate or --concurrency, arrival gaps) from a
     /// distribution file written by `quetta-bench workload fit`.
-    #[arg(help_heading = "Workload", long, conflicts_with_all = ["trace", "dataset"])]
-    pub workload: Option<PathBuf>,
+    #[arg(help_heading = "Workload", id = "workload", long = "workload", conflicts_with_all = ["trace", "dataset"])]
+    pub workload_file: Option<PathBuf>,
     /// Recordings to transcribe (--backend openai-audio): a directory of WAV and FLAC files,
     /// or a JSONL dataset of {"audio": PATH, "prompt": TEXT} lines.
     #[arg(help_heading = "Workload", long, conflicts_with_all = ["trace", "dataset", "workload"])]
@@ -395,6 +410,11 @@ pub struct RunArgs {
     /// POST to this path of the server after the warmup (e.g. /reset_prefix_cache).
     #[arg(help_heading = "Workload", long)]
     pub reset_prefix_cache: Option<String>,
+}
+
+/// A run split across processes.
+#[derive(Debug, Clone, Args)]
+pub struct ShardingArgs {
     /// Run shard K of N (K from 0): exactly this shard's part of the plan the same flags give
     /// one process (requests round-robin by index, sessions by session).
     #[arg(help_heading = "Sharding", long, conflicts_with = "shards")]
@@ -412,6 +432,11 @@ pub struct RunArgs {
     /// How long shards wait for each other to join.
     #[arg(help_heading = "Sharding", long, value_parser = duration_arg, default_value = "120s")]
     pub rendezvous_timeout: Duration,
+}
+
+/// What is written and printed, and what counts as a failed run.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
     /// Directory for the results (default quetta-results/run-TIMESTAMP).
     #[arg(help_heading = "Output", long)]
     pub output_dir: Option<PathBuf>,
@@ -469,6 +494,11 @@ pub struct RunArgs {
     /// No progress line.
     #[arg(help_heading = "Output", long, short)]
     pub quiet: bool,
+}
+
+/// Limits on each request, the drain, and retries.
+#[derive(Debug, Clone, Args)]
+pub struct TimeoutArgs {
     /// Limit on establishing a connection (TCP and TLS): seconds, or 500ms.
     #[arg(help_heading = "Timeouts", long, value_parser = duration_arg)]
     pub connect_timeout: Option<Duration>,
@@ -492,6 +522,11 @@ pub struct RunArgs {
     /// or 500ms.
     #[arg(help_heading = "Timeouts", long, value_parser = duration_arg, default_value = "500ms")]
     pub retry_backoff: Duration,
+}
+
+/// What is measured beside the requests: the server's metrics, the GPUs.
+#[derive(Debug, Clone, Args)]
+pub struct TelemetryArgs {
     /// Scrape the server's Prometheus metrics during the run (`auto`: BASE_URL/metrics).
     #[arg(help_heading = "Telemetry", long)]
     pub server_metrics: Option<String>,
@@ -513,6 +548,28 @@ pub struct RunArgs {
     /// Interval between two GPU samples: seconds, or 100ms.
     #[arg(help_heading = "Telemetry", long, value_parser = duration_arg, default_value = "100ms")]
     pub gpu_interval: Duration,
+}
+
+/// Flags of `quetta-bench run`.
+#[derive(Debug, Clone, Args)]
+#[command(group = clap::ArgGroup::new("rate").args(["request_rate", "session_rate"]).multiple(false))]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub twin: TwinArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[command(flatten)]
+    pub sharding: ShardingArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
     #[command(flatten)]
     pub managed: ManagedArgs,
 }

@@ -17,7 +17,7 @@ use crate::values::{
 impl RunArgs {
     /// Whether the run targets Quetta's embedded simulator.
     pub fn embedded_simulator(&self) -> bool {
-        self.base_url.is_none()
+        self.target.base_url.is_none()
             && !matches!(
                 self.backend(),
                 BackendArg::Sagemaker | BackendArg::Bedrock | BackendArg::Vertex
@@ -26,7 +26,7 @@ impl RunArgs {
 
     /// The kind of target (`openai` for any protocol named by --backend).
     pub fn backend(&self) -> BackendArg {
-        match self.backend {
+        match self.target.backend {
             Some(Backend::Kind(k)) => k,
             _ => BackendArg::Openai,
         }
@@ -36,15 +36,15 @@ impl RunArgs {
     /// OpenAI API of --endpoint (vLLM's backends call the completions API, as `vllm bench
     /// serve` does), or the protocol whose path --endpoint names.
     pub fn protocol(&self) -> Protocol {
-        if let Some(p) = self.endpoint_type {
+        if let Some(p) = self.target.endpoint_type {
             return p;
         }
-        if let Some(Backend::Protocol(p)) = self.backend {
+        if let Some(Backend::Protocol(p)) = self.target.backend {
             return p;
         }
-        let completions = matches!(self.dataset_name, Some(DatasetName::RandomIds))
+        let completions = matches!(self.workload.dataset_name, Some(DatasetName::RandomIds))
             || matches!(self.backend(), BackendArg::Vllm | BackendArg::Sglang | BackendArg::Tgi);
-        match &self.endpoint {
+        match &self.target.endpoint {
             Some(Endpoint::Chat) => Protocol::Chat,
             Some(Endpoint::Completions) => Protocol::Completions,
             Some(Endpoint::Path(p)) => Protocol::from_path(p).unwrap_or(Protocol::Chat),
@@ -57,13 +57,19 @@ impl RunArgs {
     /// batched run: requests = prompts / batch size, rounded up).
     fn requests(&self) -> Option<u64> {
         let batched = !self.protocol().kind().generates();
-        let per = u64::from(self.random_batch_size);
-        self.num_requests.or(self.num_prompts.map(|n| if batched { n.div_ceil(per) } else { n }))
+        let per = u64::from(self.workload.random_batch_size);
+        self.load.num_requests.or(self.load.num_prompts.map(|n| {
+            if batched {
+                n.div_ceil(per)
+            } else {
+                n
+            }
+        }))
     }
 
     /// The path --endpoint gives, where it is not the protocol's own.
     fn path(&self) -> Option<String> {
-        match &self.endpoint {
+        match &self.target.endpoint {
             Some(Endpoint::Path(p)) if Protocol::from_path(p) != Some(self.protocol()) => {
                 Some(p.clone())
             }
@@ -74,13 +80,15 @@ impl RunArgs {
     /// Warnings about flags whose meaning differs from the same words in vLLM.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
-        if self.backend == Some(Backend::Kind(BackendArg::Openai)) && self.endpoint.is_none() {
+        if self.target.backend == Some(Backend::Kind(BackendArg::Openai))
+            && self.target.endpoint.is_none()
+        {
             w.push("--backend openai calls the chat API here; vLLM's --backend openai calls /v1/completions (give --endpoint /v1/completions for that)".into());
         }
-        if self.dataset_name == Some(DatasetName::Sonnet) {
+        if self.workload.dataset_name == Some(DatasetName::Sonnet) {
             w.push("--dataset-name sonnet: each line of --dataset-path is one prompt; vLLM builds its sonnet prompts of fixed length from random lines".into());
         }
-        if self.coordinator.is_some() && shard_secret().is_none() {
+        if self.sharding.coordinator.is_some() && shard_secret().is_none() {
             w.push(format!("--coordinator without {SHARD_SECRET_ENV}: any process that reaches shard 0's port and knows the run's flags may join as a shard; give every shard the same secret in {SHARD_SECRET_ENV}"));
         }
         if self.backend() == BackendArg::Litellm && self.api_key().is_none() {
@@ -95,19 +103,22 @@ impl RunArgs {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let key = match (self.backend(), self.protocol()) {
             (BackendArg::Litellm, _) => self
+                .target
                 .api_key
                 .clone()
                 .or_else(|| env("OPENAI_API_KEY"))
                 .or_else(|| env("LITELLM_API_KEY")),
-            (_, Protocol::Messages) => self.api_key.clone().or_else(|| env("ANTHROPIC_API_KEY")),
-            _ => self.api_key.clone().or_else(|| env("OPENAI_API_KEY")),
+            (_, Protocol::Messages) => {
+                self.target.api_key.clone().or_else(|| env("ANTHROPIC_API_KEY"))
+            }
+            _ => self.target.api_key.clone().or_else(|| env("OPENAI_API_KEY")),
         };
         key.filter(|k| !k.is_empty()).map(quetta::ApiKey::new)
     }
 
     fn multiturn(&self) -> bool {
-        self.sessions.is_some()
-            || self.profile.as_deref().is_some_and(|p| {
+        self.workload.sessions.is_some()
+            || self.workload.profile.as_deref().is_some_and(|p| {
                 quetta::workload::profiles::find(p).is_ok_and(|p| p.is_multiturn())
             })
     }
@@ -116,7 +127,7 @@ impl RunArgs {
     fn bedrock(&self) -> Result<quetta::managed::BedrockConfig> {
         use quetta::managed::{BedrockApi, BedrockConfig, Family};
         let m = &self.managed;
-        let model = self.model.clone().context("--backend bedrock needs --model (a model id, an inference profile id or ARN, or a provisioned-throughput ARN)")?;
+        let model = self.target.model.clone().context("--backend bedrock needs --model (a model id, an inference profile id or ARN, or a provisioned-throughput ARN)")?;
         let mut c = BedrockConfig::new(model);
         c.api = match m.bedrock_api {
             BedrockApiArg::Converse => BedrockApi::Converse,
@@ -155,7 +166,7 @@ impl RunArgs {
     /// The target of the flags.
     fn target(&self) -> Result<Target> {
         let m = &self.managed;
-        let mut t = match (self.backend(), &self.base_url) {
+        let mut t = match (self.backend(), &self.target.base_url) {
             (BackendArg::Sagemaker | BackendArg::Bedrock | BackendArg::Vertex, Some(_)) => bail!("--base-url is for OpenAI-compatible servers; with --backend sagemaker or bedrock use --aws-endpoint-url, with vertex --vertex-endpoint-url"),
             (BackendArg::Bedrock, None) => Target::bedrock(self.bedrock()?),
             (BackendArg::Sagemaker, None) => {
@@ -196,10 +207,10 @@ impl RunArgs {
             (_, Some(u)) => Target::openai(u),
             (_, None) => {
                 let c = SimConfig {
-                    ttft: Duration::from_secs_f64(self.sim_ttft_ms.max(0.0) / 1e3),
-                    itl: Duration::from_secs_f64(self.sim_itl_ms.max(0.0) / 1e3),
-                    faults: self.sim_faults.clone(),
-                    max_running: self.sim_max_running,
+                    ttft: Duration::from_secs_f64(self.target.sim_ttft_ms.max(0.0) / 1e3),
+                    itl: Duration::from_secs_f64(self.target.sim_itl_ms.max(0.0) / 1e3),
+                    faults: self.target.sim_faults.clone(),
+                    max_running: self.target.sim_max_running,
                     ..SimConfig::default()
                 };
                 Target::simulator(match self.twin()? {
@@ -209,41 +220,42 @@ impl RunArgs {
             }
         };
         t.protocol = self.protocol();
-        t.protocol_options.chain_responses = self.chain_responses;
-        t.protocol_options.kserve_tensors = match self.kserve_tensors {
+        t.protocol_options.chain_responses = self.target.chain_responses;
+        t.protocol_options.kserve_tensors = match self.target.kserve_tensors {
             KserveTensorsArg::Trtllm => quetta::protocols::kserve::Tensors::TensorRtLlm,
             KserveTensorsArg::Vllm => quetta::protocols::kserve::Tensors::Vllm,
             KserveTensorsArg::Ids => quetta::protocols::kserve::Tensors::TokenIds,
         };
         t.path = self.path();
-        t.model.clone_from(&self.model);
+        t.model.clone_from(&self.target.model);
         t.api_key = self.api_key();
-        t.preflight = !self.no_preflight;
-        t.insecure = self.insecure;
-        t.ca_cert.clone_from(&self.ca_cert);
-        t.http2 = self.http2;
-        t.headers.clone_from(&self.headers);
-        t.connect_timeout = self.connect_timeout;
-        t.record_headers.clone_from(&self.record_headers);
-        t.session_header = Some(self.session_header.clone()).filter(|h| h != "none");
-        t.session_body_field = Some(self.session_body_field.clone()).filter(|h| h != "none");
+        t.preflight = !self.target.no_preflight;
+        t.insecure = self.target.insecure;
+        t.ca_cert.clone_from(&self.target.ca_cert);
+        t.http2 = self.target.http2;
+        t.headers.clone_from(&self.target.headers);
+        t.connect_timeout = self.timeouts.connect_timeout;
+        t.record_headers.clone_from(&self.target.record_headers);
+        t.session_header = Some(self.workload.session_header.clone()).filter(|h| h != "none");
+        t.session_body_field =
+            Some(self.workload.session_body_field.clone()).filter(|h| h != "none");
         Ok(t)
     }
 
     /// The workload of the flags.
     fn workload(&self) -> WorkloadSpec {
-        let source = if let Some(p) = &self.sessions {
-            let format = match self.session_format {
+        let source = if let Some(p) = &self.workload.sessions {
+            let format = match self.workload.session_format {
                 SessionArg::Sharegpt => SessionFormat::Sharegpt,
                 SessionArg::TurnsJsonl => SessionFormat::TurnsJsonl,
                 SessionArg::Synth => SessionFormat::Synth,
             };
             Source::Sessions { path: p.clone(), format }
-        } else if let Some(p) = &self.trace {
-            let format = self.trace_format.format();
-            Source::Trace { path: p.clone(), format, columns: self.trace_columns.clone() }
-        } else if let Some(p) = &self.dataset {
-            let format = match (self.dataset_format, self.dataset_name) {
+        } else if let Some(p) = &self.workload.trace {
+            let format = self.workload.trace_format.format();
+            Source::Trace { path: p.clone(), format, columns: self.workload.trace_columns.clone() }
+        } else if let Some(p) = &self.workload.dataset {
+            let format = match (self.workload.dataset_format, self.workload.dataset_name) {
                 (Some(DatasetArg::Jsonl), _) | (None, Some(DatasetName::Custom)) => {
                     DatasetFormat::Jsonl
                 }
@@ -253,49 +265,50 @@ impl RunArgs {
                 _ => DatasetFormat::Sharegpt,
             };
             let filters = Filters {
-                min_input_len: self.min_input_len,
-                max_input_len: self.max_input_len,
-                max_output_len: self.max_output_len,
+                min_input_len: self.workload.min_input_len,
+                max_input_len: self.workload.max_input_len,
+                max_output_len: self.workload.max_output_len,
             };
             Source::Dataset { path: p.clone(), format, filters }
-        } else if let Some(p) = &self.audio {
+        } else if let Some(p) = &self.workload.audio {
             Source::Audio { path: p.clone() }
-        } else if let Some(p) = &self.workload {
+        } else if let Some(p) = &self.workload.workload_file {
             Source::Distribution { path: p.clone() }
-        } else if let Some(name) = &self.profile {
-            Source::Profile { name: name.clone(), file: self.profile_file.clone() }
+        } else if let Some(name) = &self.workload.profile {
+            Source::Profile { name: name.clone(), file: self.workload.profile_file.clone() }
         } else {
             Source::Synthetic
         };
         WorkloadSpec {
             source,
-            input_len: self.input_len,
-            input_stddev: self.input_len_stddev,
-            output_len: self.output_len,
-            output_stddev: self.output_len_stddev,
-            range_ratio: self.random_range_ratio,
-            input_range_ratio: self.input_range_ratio,
-            output_range_ratio: self.output_range_ratio,
-            prefix_len: self.random_prefix_len,
+            input_len: self.workload.input_len,
+            input_stddev: self.workload.input_len_stddev,
+            output_len: self.workload.output_len,
+            output_stddev: self.workload.output_len_stddev,
+            range_ratio: self.workload.random_range_ratio,
+            input_range_ratio: self.workload.input_range_ratio,
+            output_range_ratio: self.workload.output_range_ratio,
+            prefix_len: self.workload.random_prefix_len,
             chat: self.protocol().takes_messages(),
-            tokenizer: self.tokenizer.clone(),
-            token_ids: self.token_ids || self.dataset_name == Some(DatasetName::RandomIds),
-            stress: self.mode == ModeArg::Stress,
-            vision: (self.modality == ModalityArg::Vision).then(|| Vision {
-                images: self.images.clone(),
-                per_request: self.images_per_request,
+            tokenizer: self.workload.tokenizer.clone(),
+            token_ids: self.workload.token_ids
+                || self.workload.dataset_name == Some(DatasetName::RandomIds),
+            stress: self.workload.mode == ModeArg::Stress,
+            vision: (self.workload.modality == ModalityArg::Vision).then(|| Vision {
+                images: self.workload.images.clone(),
+                per_request: self.workload.images_per_request,
             }),
-            max_turns: self.max_turns,
-            replay_speed: self.trace_speed,
-            block_size: self.block_size,
-            seed: self.seed,
+            max_turns: self.workload.max_turns,
+            replay_speed: self.workload.trace_speed,
+            block_size: self.workload.block_size,
+            seed: self.load.seed,
             kind: self.protocol().kind(),
-            inputs_per_request: self.random_batch_size,
+            inputs_per_request: self.workload.random_batch_size,
         }
     }
 
     fn arrival(&self) -> Arrival {
-        match (self.burstiness, self.arrival.unwrap_or(ArrivalArg::Poisson)) {
+        match (self.load.burstiness, self.load.arrival.unwrap_or(ArrivalArg::Poisson)) {
             (Some(b), _) => Arrival::Gamma { burstiness: b },
             (None, ArrivalArg::Gamma) => Arrival::Gamma { burstiness: 1.0 },
             (None, ArrivalArg::Poisson) => Arrival::Poisson,
@@ -305,72 +318,72 @@ impl RunArgs {
 
     /// The load of the flags (`None`: the workload's own, or a closed loop of 16).
     fn load(&self) -> Result<Option<Load>> {
-        let cap = self.max_concurrency;
+        let cap = self.load.max_concurrency;
         let open = |rate: f64, arrival| Some(Load::Open { rate, arrival, max_concurrency: cap });
         if self.multiturn() {
-            let n = self.session_concurrency.unwrap_or(8);
-            return Ok(match (self.session_rate, self.pacing) {
+            let n = self.load.session_concurrency.unwrap_or(8);
+            return Ok(match (self.load.session_rate, self.load.pacing) {
                 (Some(r), _) => open(r, self.arrival()),
                 (None, PacingArg::Recorded) => Some(Load::Recorded { max_concurrency: cap }),
                 (None, PacingArg::Interleaved) => Some(Load::Interleaved { sessions: n }),
                 (None, PacingArg::PerSession) => Some(Load::closed(n)),
             });
         }
-        if self.session_rate.is_some()
-            || self.session_concurrency.is_some()
-            || self.num_sessions.is_some()
+        if self.load.session_rate.is_some()
+            || self.load.session_concurrency.is_some()
+            || self.load.num_sessions.is_some()
         {
             bail!("--session-rate, --session-concurrency and --num-sessions apply to multi-turn runs (--sessions or a multi-turn profile)");
         }
-        if (self.arrival.is_some() || self.burstiness.is_some())
-            && self.request_rate.is_none()
-            && self.profile_file.is_none()
+        if (self.load.arrival.is_some() || self.load.burstiness.is_some())
+            && self.load.request_rate.is_none()
+            && self.workload.profile_file.is_none()
         {
             bail!("--arrival and --burstiness shape an open loop: give --request-rate (or --session-rate)");
         }
-        if self.concurrency.is_some() && cap.is_some() {
+        if self.load.concurrency.is_some() && cap.is_some() {
             bail!("--concurrency and --max-concurrency both set the requests in flight of a closed loop: give one");
         }
-        if self.request_rate == Some(f64::INFINITY) {
-            if self.ramp_from.is_some() {
+        if self.load.request_rate == Some(f64::INFINITY) {
+            if self.load.ramp_from.is_some() {
                 bail!("--ramp-from needs a finite --request-rate to ramp to");
             }
             // vLLM's `inf`: no schedule; every request at once, or --max-concurrency at a time
-            let n = match (cap, self.duration) {
+            let n = match (cap, self.load.duration) {
                 (Some(c), _) => c,
                 (None, None) => usize::try_from(self.requests().unwrap_or(quetta::DEFAULT_REQUESTS)).unwrap_or(usize::MAX),
                 (None, Some(_)) => bail!("--request-rate inf with --duration sends without end: cap it with --max-concurrency"),
             };
             return Ok(Some(Load::closed(n)));
         }
-        if let (Some(size), Some(gap)) = (self.burst_size, self.burst_gap) {
+        if let (Some(size), Some(gap)) = (self.load.burst_size, self.load.burst_gap) {
             let size = u32::try_from(size).unwrap_or(u32::MAX);
             return Ok(open(1.0, Arrival::Bursts { size, gap }));
         }
-        if let Some(rate) = self.request_rate {
-            let arrival = match self.ramp_from {
+        if let Some(rate) = self.load.request_rate {
+            let arrival = match self.load.ramp_from {
                 Some(from) => Arrival::Ramp {
                     from,
-                    over: self.ramp_over.unwrap_or(Duration::from_secs(60)),
-                    poisson: self.arrival != Some(ArrivalArg::Constant),
+                    over: self.load.ramp_over.unwrap_or(Duration::from_secs(60)),
+                    poisson: self.load.arrival != Some(ArrivalArg::Constant),
                 },
                 None => self.arrival(),
             };
             return Ok(open(rate, arrival));
         }
-        if let Some(c) = self.concurrency {
+        if let Some(c) = self.load.concurrency {
             return Ok(Some(Load::closed(c)));
         }
-        let replay = self.trace.is_some()
-            || self.workload.is_some()
-            || self.profile.as_deref().is_some_and(|p| {
+        let replay = self.workload.trace.is_some()
+            || self.workload.workload_file.is_some()
+            || self.workload.profile.as_deref().is_some_and(|p| {
                 quetta::workload::profiles::find(p)
                     .is_ok_and(|p| p.source != quetta::workload::profiles::Source::Synthetic)
             });
         match (cap, replay) {
             (Some(_), true) => Ok(Some(Load::Recorded { max_concurrency: cap })),
             // vLLM's default rate is inf: --max-concurrency alone is a closed loop
-            (Some(c), false) if self.profile_file.is_none() => Ok(Some(Load::closed(c))),
+            (Some(c), false) if self.workload.profile_file.is_none() => Ok(Some(Load::closed(c))),
             _ => Ok(None),
         }
     }
@@ -378,43 +391,45 @@ impl RunArgs {
     /// The twin named by --sim-model, its what-if flags applied, counting prompts with
     /// --tokenizer when one is given.
     pub fn twin(&self) -> Result<Option<quetta::Twin>> {
-        let Some(p) = &self.sim_model else { return Ok(None) };
-        if self.base_url.is_some() {
+        let Some(p) = &self.twin.sim_model else { return Ok(None) };
+        if self.target.base_url.is_some() {
             bail!("--sim-model makes the embedded simulator a twin: drop --base-url");
         }
         let w = quetta::sim::model::WhatIf {
-            max_seqs: self.sim_max_seqs,
-            kv_tokens: self.sim_kv_tokens,
-            speed: self.sim_speed,
+            max_seqs: self.twin.sim_max_seqs,
+            kv_tokens: self.twin.sim_kv_tokens,
+            speed: self.twin.sim_speed,
         };
-        Ok(Some(quetta::Twin::load(p, w, self.tokenizer.as_deref())?))
+        Ok(Some(quetta::Twin::load(p, w, self.workload.tokenizer.as_deref())?))
     }
 
     /// The one conversion of the flags to a benchmark (reads only a --sim-model file and
     /// its tokenizer).
     pub fn to_benchmark(&self) -> Result<Benchmark> {
-        let r = self.min_success_rate;
+        let r = self.output.min_success_rate;
         if !(0.0..=1.0).contains(&r) {
             bail!("--min-success-rate must be between 0 and 1, got {r}");
         }
         const VLLM_METRICS: [&str; 4] = ["ttft", "tpot", "itl", "e2el"];
-        if let Some(m) = self.percentile_metrics.iter().find(|m| !VLLM_METRICS.contains(&m.trim()))
+        if let Some(m) =
+            self.output.percentile_metrics.iter().find(|m| !VLLM_METRICS.contains(&m.trim()))
         {
             bail!("--percentile-metrics: {m:?} is not one of {}", VLLM_METRICS.join(", "));
         }
-        if self.dataset_name.is_some_and(|d| {
+        if self.workload.dataset_name.is_some_and(|d| {
             matches!(d, DatasetName::Random | DatasetName::RandomIds | DatasetName::RandomRerank)
-        }) && self.dataset.is_some()
+        }) && self.workload.dataset.is_some()
         {
             bail!("--dataset-name random makes its own prompts: drop --dataset-path, or name the file's format (sharegpt, custom, sonnet)");
         }
-        if self.dataset_name.is_some_and(|d| {
+        if self.workload.dataset_name.is_some_and(|d| {
             matches!(d, DatasetName::Sharegpt | DatasetName::Sonnet | DatasetName::Custom)
-        }) && self.dataset.is_none()
+        }) && self.workload.dataset.is_none()
         {
             bail!(
                 "--dataset-name {:?} reads a file: give --dataset-path FILE",
-                self.dataset_name
+                self.workload
+                    .dataset_name
                     .map(|d| d.to_possible_value().map(|v| v.get_name().to_owned()))
                     .unwrap_or_default()
                     .unwrap_or_default()
@@ -425,76 +440,85 @@ impl RunArgs {
             .tool(quetta::Tool::new("quetta-bench", env!("CARGO_PKG_VERSION")));
         b.load = self.load()?;
         b.requests = self.requests();
-        if self.dataset_name == Some(DatasetName::RandomRerank)
+        if self.workload.dataset_name == Some(DatasetName::RandomRerank)
             && self.protocol().kind() != quetta::RequestKind::Rank
         {
             bail!("--dataset-name random-rerank makes queries and documents: give a rerank protocol (--backend vllm-rerank, tei-rerank or vllm-score)");
         }
-        b.duration = self.duration;
-        b.warmup = self.warmup;
-        b.drain_timeout = self.drain_timeout;
+        b.duration = self.load.duration;
+        b.warmup = self.load.warmup;
+        b.drain_timeout = self.timeouts.drain_timeout;
         let slos: Vec<&str> = self
+            .output
             .slo
             .iter()
             .map(String::as_str)
-            .chain(self.goodput.iter().map(String::as_str))
+            .chain(self.output.goodput.iter().map(String::as_str))
             .collect();
         b.slos = (!slos.is_empty())
             .then(|| slos.join(","))
             .as_deref()
             .map(str::parse)
             .transpose()
-            .context(if self.goodput.is_empty() { "--slo" } else { "--slo/--goodput" })?;
-        b.label.clone_from(&self.label);
-        b.metadata = self.metadata.iter().cloned().collect();
-        b.percentiles.clone_from(&self.percentiles);
-        b.output_dir =
-            Some(self.output_dir.clone().unwrap_or_else(|| quetta::RunDir::default_path("run")));
-        b.overwrite = self.overwrite;
-        b.sampling.temperature = self.temperature;
-        b.sampling.top_p = self.top_p;
-        b.extra_body = match &self.extra_body {
+            .context(if self.output.goodput.is_empty() { "--slo" } else { "--slo/--goodput" })?;
+        b.label.clone_from(&self.output.label);
+        b.metadata = self.output.metadata.iter().cloned().collect();
+        b.percentiles.clone_from(&self.output.percentiles);
+        b.output_dir = Some(
+            self.output.output_dir.clone().unwrap_or_else(|| quetta::RunDir::default_path("run")),
+        );
+        b.overwrite = self.output.overwrite;
+        b.sampling.temperature = self.workload.temperature;
+        b.sampling.top_p = self.workload.top_p;
+        b.extra_body = match &self.workload.extra_body {
             Some(s) => serde_json::from_str(s).context("--extra-body must be a JSON object")?,
             None => Default::default(),
         };
-        b.ignore_eos = self.ignore_eos;
-        b.exact_output_length = self.exact_output_length;
-        b.stream = !self.no_stream;
-        b.timeouts.first_token = self.ttft_timeout;
-        b.timeouts.idle = self.idle_timeout;
-        b.timeouts.total = self.request_timeout;
-        b.retries = self.retries;
-        b.retry_backoff = self.retry_backoff;
-        b.sessions.think =
-            self.think_time.parse().map_err(|e: String| anyhow::anyhow!("--think-time: {e}"))?;
-        b.sessions.history = match self.history {
+        b.ignore_eos = self.workload.ignore_eos;
+        b.exact_output_length = self.workload.exact_output_length;
+        b.stream = !self.workload.no_stream;
+        b.timeouts.first_token = self.timeouts.ttft_timeout;
+        b.timeouts.idle = self.timeouts.idle_timeout;
+        b.timeouts.total = self.timeouts.request_timeout;
+        b.retries = self.timeouts.retries;
+        b.retry_backoff = self.timeouts.retry_backoff;
+        b.sessions.think = self
+            .load
+            .think_time
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--think-time: {e}"))?;
+        b.sessions.history = match self.workload.history {
             HistoryArg::Engine => History::Engine,
             HistoryArg::Recorded => History::Recorded,
         };
-        b.sessions.count = self.num_sessions;
-        b.sessions.max_concurrency = self.max_concurrency.filter(|_| self.multiturn());
-        b.telemetry.server_metrics.clone_from(&self.server_metrics);
-        b.telemetry.server_metrics_interval = self.server_metrics_interval;
-        b.telemetry.server_metrics_key =
-            self.server_metrics_key.as_deref().filter(|k| !k.is_empty()).map(quetta::ApiKey::new);
-        b.telemetry.gpu = self.gpu_telemetry;
-        b.telemetry.gpu_interval = self.gpu_interval;
-        b.stop_on_saturation = self.stop_on_saturation;
-        b.reset_prefix_cache.clone_from(&self.reset_prefix_cache);
-        b.seed = self.seed;
-        b.threads = self.threads;
+        b.sessions.count = self.load.num_sessions;
+        b.sessions.max_concurrency = self.load.max_concurrency.filter(|_| self.multiturn());
+        b.telemetry.server_metrics.clone_from(&self.telemetry.server_metrics);
+        b.telemetry.server_metrics_interval = self.telemetry.server_metrics_interval;
+        b.telemetry.server_metrics_key = self
+            .telemetry
+            .server_metrics_key
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .map(quetta::ApiKey::new);
+        b.telemetry.gpu = self.telemetry.gpu_telemetry;
+        b.telemetry.gpu_interval = self.telemetry.gpu_interval;
+        b.stop_on_saturation = self.load.stop_on_saturation;
+        b.reset_prefix_cache.clone_from(&self.workload.reset_prefix_cache);
+        b.seed = self.load.seed;
+        b.threads = self.load.threads;
         b.sharding = self.sharding()?;
         Ok(b)
     }
 
     /// `--shard K/N`, or `--shards N` with K from JOB_COMPLETION_INDEX; `--coordinator`.
     fn sharding(&self) -> Result<Option<quetta::Sharding>> {
-        let shard = match (&self.shard, self.shards) {
+        let shard = match (&self.sharding.shard, self.sharding.shards) {
             (Some(s), _) => {
                 s.parse::<quetta::Shard>().map_err(|e| anyhow::anyhow!("--shard: {e}"))?
             }
             (None, Some(n)) => {
-                let k = self.shard_index.as_deref().context(
+                let k = self.sharding.shard_index.as_deref().context(
                     "--shards N takes the shard from JOB_COMPLETION_INDEX, which is not set: give --shard K/N",
                 )?;
                 let k: u32 = k.trim().parse().map_err(|_| {
@@ -503,15 +527,15 @@ impl RunArgs {
                 quetta::Shard::new(k, n).map_err(|e| anyhow::anyhow!("--shards: {e}"))?
             }
             (None, None) => {
-                if self.coordinator.is_some() {
+                if self.sharding.coordinator.is_some() {
                     bail!("--coordinator is for sharded runs: give --shard K/N or --shards N");
                 }
                 return Ok(None);
             }
         };
         let mut s = quetta::Sharding::alone(shard);
-        s.coordinator.clone_from(&self.coordinator);
-        s.timeout = self.rendezvous_timeout;
+        s.coordinator.clone_from(&self.sharding.coordinator);
+        s.timeout = self.sharding.rendezvous_timeout;
         s.secret = shard_secret();
         Ok(Some(s))
     }

@@ -138,10 +138,10 @@ struct PredictArgs {
 
 fn predict(args: impl Iterator<Item = std::ffi::OsString>) -> Result<std::process::ExitCode> {
     let a = PredictArgs::parse_from(args);
-    if a.run.sim_model.is_none() {
+    if a.run.twin.sim_model.is_none() {
         bail!("quetta-sim predict needs --server-model FILE");
     }
-    if a.run.base_url.is_some() {
+    if a.run.target.base_url.is_some() {
         bail!("quetta-sim predict runs on the twin: drop --base-url");
     }
     let b = a.run.to_benchmark()?;
