@@ -223,13 +223,15 @@ fn check_interrupted(out: &Path, o: &std::process::Output) {
     assert_eq!(o.status.code(), Some(130), "{t}");
     let s = json(&out.join("summary.json"));
     valid(SUMMARY_SCHEMA, &s);
-    assert_eq!(s["partial"], true, "{t}");
+    assert_eq!((&s["partial"], &s["partial_reason"]), (&true.into(), &"stopped".into()), "{t}");
     let mut sum = 0;
     for k in 0..3 {
         let own = json(&out.join(format!("shard-{k}/summary.json")));
         assert_eq!(own["partial"], true, "shard {k}");
+        let why = if k == 0 { "stopped" } else { "stopped_by_shard0" };
+        assert_eq!(own["partial_reason"], why, "shard {k}");
         let notes = own["notes"].to_string();
-        assert!(notes.contains("stopped early: shard 0 was stopped"), "shard {k}: {notes}");
+        assert!(k == 0 || notes.contains("stopped early: shard 0 was stopped"), "{k}: {notes}");
         let done = own["completed"].as_u64().unwrap();
         assert!(done > 0 && done < REQUESTS / 3, "shard {k} stopped early: {done}");
         let lines = std::fs::read_to_string(out.join(format!("shard-{k}/requests.jsonl")))

@@ -278,9 +278,9 @@ fn ctrl_c_stops_the_whole_sweep_and_exits_130_with_partial_marks() {
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let s = json(&r.join("summary.json"));
-    assert_eq!(s["partial"], true);
+    assert_eq!((&s["partial"], &s["partial_reason"]), (&true.into(), &"stopped".into()));
     let label = format!(
-        "PARTIAL: {} of 500 planned",
+        "PARTIAL: {} of 500 planned (stopped before the end)",
         s["completed"].as_u64().unwrap() + s["failed"].as_u64().unwrap()
     );
     assert!(text(&o).contains(&label), "{}", text(&o));

@@ -381,6 +381,7 @@ impl RunDir {
         self.write_series(&second)?;
         let mut s = Summary::new(&tool, started_at, config, target, metrics, agg);
         s.partial = true;
+        s.partial_reason = Some(crate::PartialReason::Rebuilt);
         s.sent = sent;
         s.notes = notes;
         s.steady_state = series.steadiness(&second);

@@ -33,9 +33,9 @@ pub use dir::{
 };
 pub use merge::{merge, MergeOptions};
 pub use summary::{
-    ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, RunSettings,
-    SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary, SimSettings, Summary,
-    Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, PartialReason,
+    RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary,
+    SimSettings, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 pub use terminal::{

@@ -369,6 +369,23 @@ impl Fold {
         let (config, target) = (m.config.clone(), m.target.clone());
         let mut s = Summary::new(&tool, earliest(parts), config, target, metrics, self.agg);
         s.partial = partial;
+        s.partial_reason = if missing || !died.is_empty() {
+            Some(crate::PartialReason::Shards)
+        } else {
+            // shards cut short alike say so (Ctrl-C on shard 0: shard 0 stopped, the others
+            // stopped by it); otherwise, shards
+            parts.iter().filter_map(|p| p.summary.as_ref()?.partial_reason).reduce(|a, b| {
+                use crate::PartialReason as R;
+                match (a, b) {
+                    _ if a == b => a,
+                    (R::Stopped | R::StoppedByShard0, R::Stopped | R::StoppedByShard0) => {
+                        R::Stopped
+                    }
+                    _ => R::Shards,
+                }
+            })
+        }
+        .filter(|_| partial);
         s.planned = planned.or(m.config.num_requests);
         s.sent = self.sent;
         s.warmup_completed = sums(|s| s.warmup_completed);

@@ -225,6 +225,9 @@ pub struct Summary {
     pub started_at: String,
     /// The run was interrupted (Ctrl-C), ran out of workload, or was rebuilt from records.
     pub partial: bool,
+    /// Why the results are partial (absent for a whole run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_reason: Option<PartialReason>,
     /// Every setting of the run (never a secret).
     pub config: RunSettings,
     pub target: Target,
@@ -364,6 +367,39 @@ impl std::ops::Deref for Summary {
     }
 }
 
+/// Why a run's results are partial, as `summary.json` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PartialReason {
+    /// Stopped before the end (Ctrl-C, `RunControl::stop`).
+    Stopped,
+    /// Ended by the stop-on-saturation policy.
+    Saturated,
+    /// The workload ran out (or ended on an error) before the planned requests.
+    WorkloadEnded,
+    /// Shard 0 was stopped, and stopped every shard.
+    StoppedByShard0,
+    /// Rebuilt from its records: the run did not finish.
+    Rebuilt,
+    /// Merged without every shard, or with a shard that died or was cut short.
+    Shards,
+}
+
+impl PartialReason {
+    /// The reason in a few words, as the terminal and the reports show it.
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Stopped => "stopped before the end",
+            Self::Saturated => "stopped on saturation",
+            Self::WorkloadEnded => "the workload ran out",
+            Self::StoppedByShard0 => "shard 0 was stopped",
+            Self::Rebuilt => "rebuilt from its records: the run did not finish",
+            Self::Shards => "shards missing, dead or cut short",
+        }
+    }
+}
+
 /// How the sessions of a multi-turn run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionsSummary {
@@ -397,6 +433,7 @@ impl Summary {
             tool_version: tool.version.clone(),
             started_at,
             partial: false,
+            partial_reason: None,
             planned: config.num_requests,
             requested_rate: config.request_rate,
             config,

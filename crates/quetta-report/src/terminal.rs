@@ -237,15 +237,19 @@ pub fn verdict_line(v: &SloVerdict) -> String {
     format!("{}: {}", if v.pass { "PASS" } else { "FAIL" }, each.join("; "))
 }
 
-/// `PARTIAL: 18 of 200 planned` for a run that was cut short (`PARTIAL` alone when no count
-/// was planned), as the terminal, the sweep table and the reports show it; `None` for a
-/// whole run.
+/// `PARTIAL: 18 of 200 planned (stopped before the end)` for a run that was cut short
+/// (`PARTIAL` alone when no count was planned; the reason when the summary has one), as the
+/// terminal and the reports show it; `None` for a whole run.
 pub fn partial_label(sum: &Summary) -> Option<String> {
     if !sum.partial {
         return None;
     }
     let ended = sum.metrics.completed + sum.metrics.failed;
-    Some(cut_short(ended, sum.planned))
+    let label = cut_short(ended, sum.planned);
+    Some(match sum.partial_reason {
+        Some(r) => format!("{label} ({})", r.words()),
+        None => label,
+    })
 }
 
 /// `FAILED: …` for a run that failed as a whole, as the reports' banner and the summary's

@@ -600,6 +600,7 @@ impl Benchmark {
         summary.shard = shard_run;
         if let Some(why) = joined.as_ref().and_then(crate::shard::Joined::stopped_by) {
             summary.notes.insert(0, format!("stopped early: {why}"));
+            summary.partial_reason = Some(quetta_report::PartialReason::StoppedByShard0);
         }
         let series = outcome.series;
         if let Some(d) = &dir {

@@ -231,9 +231,9 @@ impl Joined {
         })));
     }
 
-    /// Why shard 0 stopped this shard, if it did.
+    /// Why shard 0 stopped this shard, if it did (shard 0 itself was stopped, not by it).
     pub(crate) fn stopped_by(&self) -> Option<String> {
-        self.stopped_by.borrow().clone()
+        self.stopped_by.borrow().clone().filter(|_| self.coordinator.is_none())
     }
 
     pub(crate) fn clock_of(&self) -> Option<quetta_shard::ClockSync> {

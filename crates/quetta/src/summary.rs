@@ -5,8 +5,8 @@ use quetta_engine::setting::Setting as S;
 use quetta_loadgen::{Pacing, RunConfig, RunOutcome, SessionConfig};
 use quetta_metrics::{GpuReport, MetricsSummary, ServerReport};
 use quetta_report::{
-    HistoryKind, LoadKind, Mode, PacingKind, RunSettings, SessionSettings, SessionsSummary,
-    SimSettings, Summary, Target,
+    HistoryKind, LoadKind, Mode, PacingKind, PartialReason, RunSettings, SessionSettings,
+    SessionsSummary, SimSettings, Summary, Target,
 };
 use quetta_workload::spec::{Built, SessionFormat, Source};
 
@@ -374,6 +374,13 @@ pub(crate) fn assemble(
     let started_at = quetta_report::rfc3339(started);
     let mut s = Summary::new(&b.tool, started_at, config, target, metrics, o.aggregate.clone());
     s.partial = o.interrupted;
+    s.partial_reason = o.interrupted.then_some(if o.stopped_on_saturation {
+        PartialReason::Saturated
+    } else if b.control.stopped() {
+        PartialReason::Stopped
+    } else {
+        PartialReason::WorkloadEnded
+    });
     s.planned = o.planned;
     s.dispatched = o.dispatched;
     s.sent = o.sent;

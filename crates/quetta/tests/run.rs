@@ -241,6 +241,10 @@ fn a_killed_run_is_rebuilt_from_its_records() {
     let dir = RunDir::open(&d).unwrap();
     let s = dir.rebuild().unwrap();
     assert!(s.partial);
+    assert_eq!(s.partial_reason, Some(quetta::report::PartialReason::Rebuilt));
+    assert!(quetta::report::partial_label(&s)
+        .unwrap()
+        .ends_with("(rebuilt from its records: the run did not finish)"));
     assert_eq!(s.metrics.completed, 30);
     assert!(s.notes.iter().any(|n| n.contains("cut off mid-write")), "{:?}", s.notes);
     assert!(s.metrics.slo_verdict.as_ref().unwrap().pass, "the run's SLOs come back from run.json");
@@ -323,6 +327,7 @@ fn steady_load_and_stop_on_saturation() {
     assert!(t0.elapsed().as_secs() < 25, "stopped well before its 40 s");
     assert!(r.summary.steady_state.as_ref().unwrap().over_saturated);
     assert!(r.summary.partial);
+    assert_eq!(r.summary.partial_reason, Some(quetta::report::PartialReason::Saturated));
     assert!(
         r.summary.notes.iter().any(|n| n.contains("(Benchmark.stop_on_saturation)")),
         "{:?}",
