@@ -105,6 +105,32 @@ pub fn tick_label(v: f64) -> String {
     }
 }
 
+/// The labels of an axis's ticks, all with the fewest decimals that tell every tick apart
+/// and say each value (`20.00 20.02 20.04`, not `20 20.0 20.0`); values of 1000 and up
+/// whole.
+///
+/// ```
+/// use quetta_report::chart::tick_labels;
+/// assert_eq!(tick_labels(&[0.0, 20.0, 40.0]), ["0", "20", "40"]);
+/// assert_eq!(tick_labels(&[20.0, 20.02, 20.04]), ["20.00", "20.02", "20.04"]);
+/// assert_eq!(tick_labels(&[0.0, 2.5, 5.0]), ["0.0", "2.5", "5.0"]);
+/// ```
+pub fn tick_labels(ticks: &[f64]) -> Vec<String> {
+    let step = ticks.windows(2).map(|w| (w[1] - w[0]).abs()).fold(f64::INFINITY, f64::min);
+    let big = ticks.iter().all(|t| t.abs() >= 1000.0 || *t == 0.0);
+    for d in 0..=6 {
+        let labels: Vec<String> = ticks.iter().map(|t| format!("{t:.d$}")).collect();
+        let exact = ticks.iter().zip(&labels).all(|(t, l)| {
+            l.parse::<f64>().is_ok_and(|v| (v - t).abs() <= step.min(t.abs().max(1.0)) * 1e-3)
+        });
+        let distinct = labels.windows(2).all(|w| w[0] != w[1]);
+        if (exact || (big && d == 0)) && distinct {
+            return labels;
+        }
+    }
+    ticks.iter().map(|t| tick_label(*t)).collect()
+}
+
 /// The chart laid out in a `w` × `h` box: plot area, axis ranges and ticks.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -203,24 +229,22 @@ pub fn svg(c: &Chart, w: f64, h: f64) -> String {
         al,
         esc(&c.title)
     );
-    for &t in &l.y_ticks {
+    for (&t, label) in l.y_ticks.iter().zip(tick_labels(&l.y_ticks)) {
         let (_, y) = l.map(l.x.0, t);
         let _ = write!(
             s,
-            r##"<line x1="{al}" y1="{y:.1}" x2="{ar}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            r##"<line x1="{al}" y1="{y:.1}" x2="{ar}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"##,
             al - 6.0,
             y + 4.0,
-            tick_label(t)
         );
     }
-    for &t in &l.x_ticks {
+    for (&t, label) in l.x_ticks.iter().zip(tick_labels(&l.x_ticks)) {
         let (x, _) = l.map(t, l.y.0);
         let _ = write!(
             s,
-            r##"<line x1="{x:.1}" y1="{ab}" x2="{x:.1}" y2="{:.1}" stroke="#888"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{x:.1}" y1="{ab}" x2="{x:.1}" y2="{:.1}" stroke="#888"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"##,
             ab + 4.0,
             ab + 16.0,
-            tick_label(t)
         );
     }
     let _ = write!(

@@ -8,7 +8,7 @@ use printpdf::{
     Rgb,
 };
 
-use crate::chart::{tick_label, Chart, Layout, COLOURS};
+use crate::chart::{tick_labels, Chart, Layout, COLOURS};
 use crate::html::{run_charts, run_highlights, sweep_charts, Results, RunData, SweepData};
 
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
@@ -119,16 +119,14 @@ impl Page {
         let (al, at, ar, ab) = l.area;
         let (al, at, ar, ab) = (x + al * k, y + at * k, x + ar * k, y + ab * k);
         self.text_at(&c.title, 10.0, al, y + 6.0);
-        for &t in &l.y_ticks {
+        for (&t, lab) in l.y_ticks.iter().zip(tick_labels(&l.y_ticks)) {
             let (_, py) = map(l.x.0, t);
             self.polyline(&[(al, py), (ar, py)], (220, 220, 220), 0.3);
-            let lab = tick_label(t);
             self.text_at(&lab, 7.0, al - 2.0 - 1.35 * lab.len() as f64, py + 1.0);
         }
-        for &t in &l.x_ticks {
+        for (&t, lab) in l.x_ticks.iter().zip(tick_labels(&l.x_ticks)) {
             let (px, _) = map(t, l.y.0);
             self.polyline(&[(px, ab), (px, ab + 1.2)], (90, 90, 90), 0.4);
-            let lab = tick_label(t);
             self.text_at(&lab, 7.0, px - 0.7 * lab.len() as f64, ab + 4.5);
         }
         self.polyline(&[(al, at), (ar, at), (ar, ab), (al, ab), (al, at)], (60, 60, 60), 0.5);
