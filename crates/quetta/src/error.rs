@@ -51,6 +51,9 @@ pub enum Error {
     /// An SLO could not be parsed.
     #[error(transparent)]
     Slo(#[from] quetta_metrics::SloError),
+    /// The shards of a sharded run could not meet, or one broke off.
+    #[error("sharded run: {0}")]
+    Shard(#[from] quetta_shard::ShardError),
 }
 
 /// Why the target could not be used, in the server's own words when it answered.

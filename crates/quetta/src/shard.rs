@@ -158,7 +158,7 @@ impl Drop for AbortOnDrop {
 }
 
 fn shard_err(e: quetta_shard::ShardError) -> Error {
-    Error::Config(format!("sharded run: {e}"))
+    Error::Shard(e)
 }
 
 impl Joined {
