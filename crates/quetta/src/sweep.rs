@@ -239,14 +239,14 @@ impl Sweep {
         let (kind, values): (SweepKind, Vec<f64>) = match &self.steps {
             Steps::Concurrencies(cs) => {
                 if cs.is_empty() || cs.contains(&0) {
-                    return Err(Error::config("give concurrencies of at least 1"));
+                    return Err(Error::invalid(S::Concurrency, "give concurrencies of at least 1"));
                 }
                 (SweepKind::Concurrency, cs.iter().map(|&c| c as f64).collect())
             }
             _ => {
                 let r = self.rates_of(&c, &mut out, &mut notes, &mut failed).await?;
                 if r.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
-                    return Err(Error::config("rates must be positive numbers"));
+                    return Err(Error::invalid(S::RequestRate, "rates must be positive numbers"));
                 }
                 (SweepKind::Rate, r)
             }

@@ -621,7 +621,8 @@ impl Target {
             c.model_id.clone_from(m);
         }
         if c.model_id.is_empty() {
-            return Err(Error::config(
+            return Err(Error::missing(
+                S::Model,
                 "Bedrock needs a model: a model id, an inference profile id or an ARN",
             ));
         }
