@@ -582,11 +582,15 @@ impl Benchmark {
         let outcome: RunOutcome = runner.run(work).await?;
         let (server, gpu) = telemetry.finish().await;
         notes.extend(c.notes.iter().cloned());
-        if let Some(m) = self.target.sim_config().and_then(|s| s.server_model.as_ref()) {
+        if let Some(s) = self.target.sim_config().filter(|s| s.server_model.is_some()) {
+            let m = s.server_model.as_ref().expect("filtered");
             notes.push(format!(
                 "served live by the twin of {} ({}), not by the server itself (docs/SIMULATOR.md)",
                 m.server, m.model
             ));
+            if s.token_counter.is_none() {
+                notes.insert(0, format!("WARNING: {}", crate::twin::counting_warning()));
+            }
         }
         let mut summary =
             crate::summary::assemble(self, &outcome, settings, target, notes, server, gpu);

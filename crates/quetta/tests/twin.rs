@@ -228,6 +228,25 @@ fn a_shared_prefix_is_cached_alike_live_and_predicted() {
 }
 
 /// What-if knobs: twice the speed halves the steps, more slots cut the queueing.
+/// A live twin that counts prompts by words (no tokenizer) says so: its model was
+/// calibrated in the server's tokens; with one it says nothing of the kind.
+#[test]
+fn a_twin_without_a_tokenizer_warns_that_it_counts_words() {
+    let m = model();
+    let warned = |s: &quetta::Summary| s.notes.iter().any(|n| n.contains("counts each word"));
+    let live = bench(&m, Load::closed(1), 2).run_blocking().unwrap();
+    assert!(!warned(&live.summary), "{:?}", live.summary.notes);
+    let twin = Twin { model: m.clone(), token_counter: None };
+    assert!(twin.counting_warning().is_some());
+    let b = Benchmark::new(twin.target()).workload(WorkloadSpec::synthetic(20, 4)).requests(2);
+    let r = b.run_blocking().unwrap();
+    assert!(
+        r.summary.notes.iter().any(|n| n.starts_with("WARNING: the twin counts each word")),
+        "{:?}",
+        r.summary.notes
+    );
+}
+
 #[test]
 fn what_if_knobs_change_the_prediction() {
     let m = model();
