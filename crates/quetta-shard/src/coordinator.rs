@@ -131,8 +131,12 @@ impl Coordinator {
                     .filter(|k| st.reports.get(k).is_none_or(|r| r.clock.is_none()))
                     .map(|k| k.to_string())
                     .collect();
+                let refused = match st.refused.len() {
+                    0 => String::new(),
+                    n => format!("; it refused {n}: {}", st.refused.join("; ")),
+                };
                 let reason = format!(
-                    "shard{} {} of {} never joined within {:.0} s (shard 0 waited at {})",
+                    "shard{} {} of {} never joined within {:.0} s (shard 0 waited at {}{refused})",
                     if missing.len() == 1 { "" } else { "s" },
                     missing.join(", "),
                     st.cfg.count,

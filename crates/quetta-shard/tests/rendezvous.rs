@@ -200,3 +200,26 @@ fn a_process_without_the_shard_secret_is_refused_and_the_run_goes_on() {
     });
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn shards_refused_for_want_of_the_secret_are_named_when_the_rendezvous_times_out() {
+    let out = tmp("secret-timeout");
+    rt().block_on(async {
+        let secret = ShardSecret::new("s3cret");
+        let (c, addr) = guarded(2, &out, Duration::from_millis(800), Some(secret)).await;
+        let t = Duration::from_secs(5);
+        let e = Member::join(&addr, 1, 2, "plan-1", None, t).await.unwrap_err();
+        assert_eq!(e, ShardError::Aborted("no shard secret".into()));
+        let e = Member::join(&addr, 0, 2, "plan-1", Some(&ShardSecret::new("s3cret")), t)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("shard 1 of 2 never joined") && e.contains("it refused 1: 127.0.0.1:"),
+            "{e}"
+        );
+        assert!(e.ends_with(": no shard secret)"), "{e}");
+        drop(c);
+    });
+    let _ = std::fs::remove_dir_all(&out);
+}
