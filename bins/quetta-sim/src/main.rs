@@ -276,7 +276,7 @@ fn main() -> Result<std::process::ExitCode> {
     let a = Args::parse();
     let twin = a.twin.load(a.tokenizer.as_deref())?;
     if let Some(w) = twin.as_ref().and_then(quetta::Twin::counting_warning) {
-        eprintln!("warning: {w}");
+        eprintln!("{w}");
     }
     let cfg = SimConfig {
         bind: SocketAddr::new(a.host, a.port),

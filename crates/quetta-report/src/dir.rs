@@ -383,7 +383,7 @@ impl RunDir {
         s.partial = true;
         s.partial_reason = Some(crate::PartialReason::Rebuilt);
         s.sent = sent;
-        s.notes = notes;
+        s.notes = notes.into_iter().map(crate::Note::Text).collect();
         s.steady_state = series.steadiness(&second);
         s.shard = m_shard;
         self.write_summary(&s)?;

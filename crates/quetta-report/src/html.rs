@@ -441,7 +441,7 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
         s.push_str("<h3>Errors</h3>");
         errors_table(s, m);
         for n in &r.summary.notes {
-            let _ = write!(s, "<p class=\"note\">{}</p>", esc(n));
+            let _ = write!(s, "<p class=\"note\">{}</p>", esc(&n.to_string()));
         }
         return;
     }
@@ -453,7 +453,7 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
     s.push_str("<h3>Errors</h3>");
     errors_table(s, m);
     for n in &r.summary.notes {
-        let _ = write!(s, "<p class=\"note\">{}</p>", esc(n));
+        let _ = write!(s, "<p class=\"note\">{}</p>", esc(&n.to_string()));
     }
 }
 

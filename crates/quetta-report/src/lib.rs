@@ -18,6 +18,7 @@ mod dir;
 pub mod export;
 pub mod html;
 mod merge;
+mod note;
 pub mod parquet;
 pub mod pdf;
 mod summary;
@@ -32,6 +33,7 @@ pub use dir::{
     files, parse_records, stream_records, Records, ReportError, RunDir, RunManifest, Tool,
 };
 pub use merge::{merge, MergeOptions};
+pub use note::Note;
 pub use summary::{
     ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, PartialReason,
     RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary,

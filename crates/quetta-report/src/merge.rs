@@ -193,7 +193,7 @@ fn result_of(p: &Part, counted: (u64, u64), opts: &MergeOptions) -> ShardResult 
     let early = opts.ended_early.get(&p.shard.index).cloned();
     let (status, reason) = match (&p.summary, early) {
         (_, Some(r)) => ("died", Some(r)),
-        (Some(s), None) if s.partial => ("partial", s.notes.first().cloned()),
+        (Some(s), None) if s.partial => ("partial", s.notes.first().map(ToString::to_string)),
         (Some(_), None) => ("finished", None),
         (None, None) => (
             "died",
@@ -395,7 +395,7 @@ impl Fold {
                 .map(|r| (r * 1e3).round() / 1e3);
         s.cancelled_in_drain = sums(|s| s.cancelled_in_drain);
         s.client = total_client(parts);
-        s.notes = notes;
+        s.notes = notes.into_iter().map(crate::Note::Text).collect();
         s.workload_error = parts.iter().find_map(|p| {
             let e = p.summary.as_ref()?.workload_error.as_ref()?;
             Some(format!("shard {}: {e}", p.shard.index))

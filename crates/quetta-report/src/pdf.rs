@@ -247,9 +247,9 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
 }
 
 /// The run's notes (warnings first), each wrapped to the page's width.
-fn note_lines(p: &mut Page, notes: &[String]) {
+fn note_lines<N: std::fmt::Display>(p: &mut Page, notes: &[N]) {
     for n in notes {
-        wrapped(p, n, 7.0, 130);
+        wrapped(p, &n.to_string(), 7.0, 130);
     }
 }
 

@@ -246,8 +246,9 @@ pub struct Summary {
     #[serde(flatten)]
     pub metrics: MetricsSummary,
     pub client: ClientStats,
-    /// Notes a reader must see (approximate token counts, client saturation, ...).
-    pub notes: Vec<String>,
+    /// Notes a reader must see (approximate token counts, client saturation, ...): typed
+    /// values, written as their words.
+    pub notes: Vec<crate::Note>,
     /// Why the workload ended before the planned requests, when it ended on an error (a
     /// request it could not build): the run failed, and says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]

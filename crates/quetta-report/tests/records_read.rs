@@ -82,7 +82,12 @@ fn a_streamed_rebuild_equals_the_in_memory_aggregate() {
             serde_json::to_value(&s.metrics).unwrap(),
             serde_json::to_value(a.summary(&[])).unwrap()
         );
-        assert_eq!(s.notes.iter().any(|n| n.contains("cut off mid-write")), torn, "{:?}", s.notes);
+        assert_eq!(
+            s.notes.iter().any(|n| n.to_string().contains("cut off mid-write")),
+            torn,
+            "{:?}",
+            s.notes
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -588,12 +588,16 @@ impl Benchmark {
                 "served live by the twin of {} ({}), not by the server itself (docs/SIMULATOR.md)",
                 m.server, m.model
             ));
-            if s.token_counter.is_none() {
-                notes.insert(0, format!("WARNING: {}", crate::twin::counting_warning()));
-            }
         }
         let mut summary =
             crate::summary::assemble(self, &outcome, settings, target, notes, server, gpu);
+        if self
+            .target
+            .sim_config()
+            .is_some_and(|s| s.server_model.is_some() && s.token_counter.is_none())
+        {
+            summary.notes.insert(0, quetta_report::Note::TwinCountsWords);
+        }
         if let Some(r) = shard_run.as_mut() {
             crate::shard::record_start(
                 r,
@@ -603,7 +607,7 @@ impl Benchmark {
         }
         summary.shard = shard_run;
         if let Some(why) = joined.as_ref().and_then(crate::shard::Joined::stopped_by) {
-            summary.notes.insert(0, format!("stopped early: {why}"));
+            summary.notes.insert(0, quetta_report::Note::StoppedByShard0(why));
             summary.partial_reason = Some(quetta_report::PartialReason::StoppedByShard0);
         }
         let series = outcome.series;

@@ -5,7 +5,7 @@ use quetta_engine::setting::Setting as S;
 use quetta_loadgen::{Pacing, RunConfig, RunOutcome, SessionConfig};
 use quetta_metrics::{GpuReport, MetricsSummary, ServerReport};
 use quetta_report::{
-    HistoryKind, LoadKind, Mode, PacingKind, PartialReason, RunSettings, SessionSettings,
+    HistoryKind, LoadKind, Mode, Note, PacingKind, PartialReason, RunSettings, SessionSettings,
     SessionsSummary, SimSettings, Summary, Target,
 };
 use quetta_workload::spec::{Built, SessionFormat, Source};
@@ -247,20 +247,20 @@ fn server_timing_note(st: &quetta_metrics::ServerTimingSummary, batched: bool) -
 }
 
 /// Notes the run's own figures call for.
-fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
+fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<Note>) {
     if m.input_token_source == "planned" {
         notes.push("input token counts are the planned lengths (the server reported no usage); synthetic prompts count words, an estimate of tokens".into());
     }
     if let Some(d) = m.prompt_tokens_over_plan {
         if d.abs() >= 0.5 {
-            notes.push(if b.workload.tokenizer.is_some() {
+            notes.push(Note::Text(if b.workload.tokenizer.is_some() {
                 format!(
                     "the server counted {d:+.1} prompt tokens per request beyond the exact planned length: its chat template and special tokens{}",
                     if b.workload.chat { "" } else { " (e.g. BOS)" }
                 )
             } else {
                 format!("the server counted {d:+.1} prompt tokens per request beyond the planned (estimated) length; pass {} for exact lengths", S::Tokenizer)
-            });
+            }));
         }
     }
     // (an embedding or a ranking generates nothing: no output count, no stream to miss)
@@ -269,54 +269,43 @@ fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<String>) {
         notes.push("output token counts come (at least partly) from counting chunks: the server reported no usage".into());
     }
     if generates && m.ttft_equals_e2e_for_non_streamed > 0 {
-        notes.push(format!(
+        notes.push(Note::Text(format!(
             "{} requests were not streamed: their TTFT equals their E2E and they have no ITL",
             m.ttft_equals_e2e_for_non_streamed
-        ));
+        )));
     }
     if let Some(lag) = m.schedule_lag_ms.p99 {
         if lag > 1.0 {
-            notes
-                .push(format!("the client fell behind its schedule: schedule lag p99 {lag:.3} ms"));
+            notes.push(Note::Text(format!(
+                "the client fell behind its schedule: schedule lag p99 {lag:.3} ms"
+            )));
         }
     }
 }
 
 /// Notes about how the run went.
-fn run_notes(o: &RunOutcome, notes: &mut Vec<String>) {
+fn run_notes(o: &RunOutcome, notes: &mut Vec<Note>) {
     if let Some(e) = &o.workload_error {
-        notes.insert(0, quetta_report::workload_failed(o.dispatched, o.planned, &e.to_string()));
+        let (sent, planned, error) = (o.dispatched, o.planned, e.to_string());
+        notes.insert(0, Note::WorkloadFailed { sent, planned, error });
     }
     if let Some(e) = &o.sink_error {
-        notes.push(format!("writing requests.jsonl failed: {e}"));
+        notes.push(Note::RecordsNotWritten(e.clone()));
     }
     if o.cancelled_in_drain > 0 {
-        notes.push(format!(
-            "{} requests were still running at the drain timeout and were cancelled",
-            o.cancelled_in_drain
-        ));
+        notes.push(Note::CancelledInDrain(o.cancelled_in_drain));
     }
     if o.records != o.dispatched {
-        notes.push(format!(
-            "{} requests were released but only {} records reached the recorder: {} records are missing",
-            o.dispatched,
-            o.records,
-            o.dispatched.abs_diff(o.records)
-        ));
+        notes.push(Note::RecordsMissing { dispatched: o.dispatched, records: o.records });
     }
     if o.stopped_on_saturation {
-        notes.push(format!("stopped early ({}): requests in flight kept rising, the server cannot keep up with this load", S::StopOnSaturation));
+        notes.push(Note::StoppedOnSaturation);
     }
     if o.steadiness.as_ref().is_some_and(|s| s.over_saturated) {
-        notes.push("over-saturated: requests in flight rose from the first to the second half of the run; latencies grow with the run's length, not only with the load".into());
+        notes.push(Note::OverSaturated);
     }
-    if let Some(c) = &o.sessions {
-        if c.failed > 0 {
-            notes.push(format!(
-                "{} sessions ended at a failed turn (a failed turn ends its session)",
-                c.failed
-            ));
-        }
+    if let Some(c) = o.sessions.as_ref().filter(|c| c.failed > 0) {
+        notes.push(Note::SessionsFailed(c.failed));
     }
 }
 
@@ -326,48 +315,40 @@ pub(crate) fn assemble(
     o: &RunOutcome,
     config: RunSettings,
     target: Target,
-    mut notes: Vec<String>,
+    notes: Vec<String>,
     server: Option<ServerReport>,
     gpu: (Option<GpuReport>, Option<String>),
 ) -> Summary {
+    let mut notes: Vec<Note> = notes.into_iter().map(Note::Text).collect();
     let mut metrics = o.aggregate.summary(&b.percentiles);
     metrics.client_overhead =
         metrics.client_overhead.clone().with_runner_busy(o.busy_s, metrics.duration_s);
     if let Some(w) = metrics.client_overhead.warning() {
-        notes.insert(0, format!("WARNING: {w}"));
+        notes.insert(0, Note::ClientPaced(w.clone()));
     }
     if let Some(st) = &metrics.server_timing {
-        notes.push(server_timing_note(
-            st,
-            config.concurrency.unwrap_or(1) > 1 || config.request_rate.is_some(),
-        ));
+        notes.push(
+            server_timing_note(
+                st,
+                config.concurrency.unwrap_or(1) > 1 || config.request_rate.is_some(),
+            )
+            .into(),
+        );
     }
     metric_notes(b, &metrics, &mut notes);
     let throttled = metrics.errors.get("throttled").copied().unwrap_or(0);
     if throttled + metrics.throttled_retries > 0 {
-        let retried = match metrics.throttled_retries {
-            0 => String::new(),
-            r => format!(", and {r} earlier attempts that were sent again"),
-        };
-        notes.insert(
-            0,
-            format!(
-                "WARNING: the provider throttled {throttled} of {} requests (rate limit or quota), which failed{retried}: the run measured the quota as much as the model",
-                metrics.completed + metrics.failed
-            ),
-        );
+        let requests = metrics.completed + metrics.failed;
+        let retried = metrics.throttled_retries;
+        notes.insert(0, Note::Throttled { throttled, requests, retried });
     }
     run_notes(o, &mut notes);
     if let Some(n) = gpu.1 {
-        notes.push(n);
+        notes.push(n.into());
     }
     if let Some(r) = server.as_ref().filter(|r| r.scrapes == 0) {
-        notes.push(format!(
-            "{}: no scrape of {} succeeded: {}",
-            S::ServerMetrics,
-            r.url,
-            r.last_error.clone().unwrap_or_default()
-        ));
+        let error = r.last_error.clone().unwrap_or_default();
+        notes.push(Note::ScrapeFailed { url: r.url.clone(), error });
     }
     let started = o.started_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let gpu = gpu.0.map(|g| g.with_output_tokens(metrics.total_output_tokens));

@@ -40,19 +40,14 @@ impl Twin {
     /// What a reader must know when the twin counts prompts by words (no tokenizer): its
     /// model was calibrated in the server's tokens, so its prompts look shorter than the
     /// server's and its prefill too fast. `None` with a tokenizer.
-    pub fn counting_warning(&self) -> Option<String> {
-        self.token_counter.is_none().then(counting_warning)
+    pub fn counting_warning(&self) -> Option<quetta_report::Note> {
+        self.token_counter.is_none().then_some(quetta_report::Note::TwinCountsWords)
     }
 
     /// A target served by this twin live.
     pub fn target(&self) -> Target {
         Target::simulator(self.sim_config(SimConfig::default()))
     }
-}
-
-/// The twin counts each prompt word as a token: the warning [`Twin::counting_warning`] gives.
-pub(crate) fn counting_warning() -> String {
-    format!("the twin counts each word of a prompt as a token, but its model was calibrated in the server's tokens (usually more than one a word): its prompts look shorter and its prefill faster than the server's; give {} the server's tokenizer", quetta_engine::setting::Setting::Tokenizer)
 }
 
 /// A prompt-token counter backed by a real tokenizer (a `tokenizer.json` path or a known id).

@@ -246,7 +246,7 @@ fn a_killed_run_is_rebuilt_from_its_records() {
         .unwrap()
         .ends_with("(rebuilt from its records: the run did not finish)"));
     assert_eq!(s.metrics.completed, 30);
-    assert!(s.notes.iter().any(|n| n.contains("cut off mid-write")), "{:?}", s.notes);
+    assert!(s.notes.iter().any(|n| n.to_string().contains("cut off mid-write")), "{:?}", s.notes);
     assert!(s.metrics.slo_verdict.as_ref().unwrap().pass, "the run's SLOs come back from run.json");
     common::validate(
         quetta::report::schema::SUMMARY,
@@ -328,8 +328,9 @@ fn steady_load_and_stop_on_saturation() {
     assert!(r.summary.steady_state.as_ref().unwrap().over_saturated);
     assert!(r.summary.partial);
     assert_eq!(r.summary.partial_reason, Some(quetta::report::PartialReason::Saturated));
+    assert!(r.summary.notes.contains(&quetta::report::Note::StoppedOnSaturation));
     assert!(
-        r.summary.notes.iter().any(|n| n.contains("(Benchmark.stop_on_saturation)")),
+        r.summary.notes.iter().any(|n| n.to_string().contains("(Benchmark.stop_on_saturation)")),
         "{:?}",
         r.summary.notes
     );
@@ -350,6 +351,10 @@ fn a_fitted_distribution_gives_lengths_and_gaps() {
     };
     let plan = rt().block_on(Benchmark::new(sim(1, 1)).workload(w).requests(20).plan()).unwrap();
     assert_eq!(plan.offsets.as_ref().unwrap().len(), 20, "gaps drawn from the file");
-    assert!(plan.notes.iter().any(|n| n.contains("distribution file")), "{:?}", plan.notes);
+    assert!(
+        plan.notes.iter().any(|n| n.contains("distribution file")),
+        "{:?}",
+        plan.notes
+    );
     let _ = std::fs::remove_file(&f);
 }

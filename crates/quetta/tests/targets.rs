@@ -144,7 +144,11 @@ fn stress_mode_gets_the_planned_output_length_and_resets_the_cache() {
     let s = go(true, Some("/reset_prefix_cache")).unwrap().summary;
     assert_eq!(s.metrics.osl_hit_rate, Some(1.0));
     assert_eq!(s.metrics.total_cached_tokens, 0, "stress prompts share no prefix");
-    assert!(s.notes.iter().any(|n| n.contains("prefix cache was reset")), "{:?}", s.notes);
+    assert!(
+        s.notes.iter().any(|n| n.to_string().contains("prefix cache was reset")),
+        "{:?}",
+        s.notes
+    );
     assert_eq!(s.config.mode, quetta::report::Mode::Stress);
     let hit = go(false, None).unwrap().summary.metrics.osl_hit_rate.unwrap();
     assert!(hit < 0.5, "without ignore_eos the simulated model stops early: {hit}");
@@ -184,7 +188,11 @@ fn the_servers_own_metrics_and_gpu_telemetry_during_a_run() {
     }
     // GPU telemetry: a clean one-line note here (no driver); a report where there is one
     match &s.gpu {
-        None => assert!(s.notes.iter().any(|n| n.contains("no NVIDIA driver")), "{:?}", s.notes),
+        None => assert!(
+            s.notes.iter().any(|n| n.to_string().contains("no NVIDIA driver")),
+            "{:?}",
+            s.notes
+        ),
         Some(g) => {
             assert!(g.energy_per_output_token_j.is_some());
             for l in common::lines(&d.join("gpu.jsonl")) {
@@ -198,10 +206,16 @@ fn the_servers_own_metrics_and_gpu_telemetry_during_a_run() {
     b.telemetry.server_metrics = Some("http://127.0.0.1:9/metrics".into());
     let s = b.run_blocking().unwrap().summary;
     assert_eq!(s.metrics.completed, 3);
+    // a typed note: an embedder matches on what went wrong, not on words
+    let failed = s.notes.iter().find_map(|n| match n {
+        quetta::report::Note::ScrapeFailed { url, .. } => Some(url.as_str()),
+        _ => None,
+    });
+    assert_eq!(failed, Some("http://127.0.0.1:9/metrics"), "{:?}", s.notes);
     assert!(s
         .notes
         .iter()
-        .any(|n| n.contains("no scrape of http://127.0.0.1:9/metrics succeeded")));
+        .any(|n| n.to_string().contains("no scrape of http://127.0.0.1:9/metrics succeeded")));
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -167,7 +167,7 @@ fn the_same_workload_predicted_and_served_live_agrees_within_5_percent() {
         }
         // a prediction is a run directory like any other, and says what it is
         validate_run_dir(&d);
-        assert!(pred.summary.notes.iter().any(|n| n.contains("predicted by the twin")));
+        assert!(pred.summary.notes.iter().any(|n| n.to_string().contains("predicted by the twin")));
         assert_eq!(pred.summary.target.backend, "quetta-sim twin (predicted)");
         assert!(pred.summary.target.predicted && !live.summary.target.predicted);
         // no client ran: the table shows no client or connection figures, and says why
@@ -233,7 +233,8 @@ fn a_shared_prefix_is_cached_alike_live_and_predicted() {
 #[test]
 fn a_twin_without_a_tokenizer_warns_that_it_counts_words() {
     let m = model();
-    let warned = |s: &quetta::Summary| s.notes.iter().any(|n| n.contains("counts each word"));
+    let warned =
+        |s: &quetta::Summary| s.notes.iter().any(|n| n.to_string().contains("counts each word"));
     let live = bench(&m, Load::closed(1), 2).run_blocking().unwrap();
     assert!(!warned(&live.summary), "{:?}", live.summary.notes);
     let twin = Twin { model: m.clone(), token_counter: None };
@@ -241,7 +242,10 @@ fn a_twin_without_a_tokenizer_warns_that_it_counts_words() {
     let b = Benchmark::new(twin.target()).workload(WorkloadSpec::synthetic(20, 4)).requests(2);
     let r = b.run_blocking().unwrap();
     assert!(
-        r.summary.notes.iter().any(|n| n.starts_with("WARNING: the twin counts each word")),
+        r.summary
+            .notes
+            .iter()
+            .any(|n| n.to_string().starts_with("WARNING: the twin counts each word")),
         "{:?}",
         r.summary.notes
     );

@@ -96,9 +96,9 @@ fn the_merge_is_the_union_of_records_and_histograms() {
     assert_eq!(status, ["partial", "died", "partial"], "{sh:?}");
     assert_eq!(sh.shards[1].completed + sh.shards[1].failed, parts[1].len() as u64);
     assert!(m.partial);
-    assert!(m.notes.iter().any(|n| n.contains("shard 1 died")), "{:?}", m.notes);
+    assert!(m.notes.iter().any(|n| n.to_string().contains("shard 1 died")), "{:?}", m.notes);
     assert!(
-        m.notes.iter().any(|n| n.contains("shard 2 kept no per-request records")),
+        m.notes.iter().any(|n| n.to_string().contains("shard 2 kept no per-request records")),
         "{:?}",
         m.notes
     );
