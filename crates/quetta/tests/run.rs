@@ -351,10 +351,6 @@ fn a_fitted_distribution_gives_lengths_and_gaps() {
     };
     let plan = rt().block_on(Benchmark::new(sim(1, 1)).workload(w).requests(20).plan()).unwrap();
     assert_eq!(plan.offsets.as_ref().unwrap().len(), 20, "gaps drawn from the file");
-    assert!(
-        plan.notes.iter().any(|n| n.contains("distribution file")),
-        "{:?}",
-        plan.notes
-    );
+    assert!(plan.notes.iter().any(|n| n.contains("distribution file")), "{:?}", plan.notes);
     let _ = std::fs::remove_file(&f);
 }
