@@ -98,9 +98,8 @@ impl RunControl {
     /// Return once the run is stopped (at once when it is already).
     pub async fn wait_stopped(&self) {
         loop {
+            // a `Notified` hears `notify_waiters` from its creation on, polled or not
             let woken = self.notify.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
             if self.stopped() {
                 return;
             }

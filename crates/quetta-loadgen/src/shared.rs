@@ -116,20 +116,14 @@ impl Shared {
     /// Wait until every task has ended, the run is stopped, or the deadline has passed.
     pub(crate) async fn idle_or_stop(&self, deadline: Option<Instant>) {
         let stop_or_deadline = async {
-            loop {
-                let notified = self.control.notify.notified();
-                if self.control.stopped() {
-                    return;
-                }
-                match deadline {
-                    Some(d) => {
-                        tokio::select! {
-                            () = notified => {}
-                            () = tokio::time::sleep_until(d.into()) => return,
-                        }
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        () = self.control.wait_stopped() => {}
+                        () = tokio::time::sleep_until(d.into()) => {}
                     }
-                    None => notified.await,
                 }
+                None => self.control.wait_stopped().await,
             }
         };
         tokio::select! {
