@@ -371,10 +371,15 @@ impl Benchmark {
     fn check(&self, built: &Built, load: &Load) -> Result<()> {
         let p = self.target.protocol;
         if self.workload.inputs_per_request > 1 && !p.takes_batches() {
-            return Err(Error::config(format!(
-                "the {p} protocol sends one input a request: it takes no batch of {}",
-                self.workload.inputs_per_request
-            )));
+            return Err(Error::conflict(
+                S::InputsPerRequest,
+                S::Endpoint,
+                format!(
+                    "the {p} protocol sends one input a request: it takes no batch of {} ({})",
+                    self.workload.inputs_per_request,
+                    S::InputsPerRequest
+                ),
+            ));
         }
         let ids = self.target.protocol_options.kserve_tensors
             == quetta_protocols::kserve::Tensors::TokenIds
@@ -400,7 +405,7 @@ impl Benchmark {
             ));
         }
         if built.is_sessions() && self.sessions.count.is_some_and(|n| n == 0) {
-            return Err(Error::config("the number of sessions must be at least 1"));
+            return Err(Error::invalid(S::Sessions, "the number of sessions must be at least 1"));
         }
         if self.workload.vision.is_some() && !self.target.takes_images() {
             return Err(Error::conflict(S::Modality, S::Backend, format!("vision prompts ({}) need a target that takes images (SageMaker: {} openai; Vertex: {} gemini or openai)", S::Modality, S::SagemakerPayload, S::VertexApi)));
@@ -420,7 +425,7 @@ impl Benchmark {
         }
         let kind = self.target.request_kind();
         if let Some(o) = self.slos.iter().flat_map(|s| &s.0).find(|o| !o.metric.applies_to(kind)) {
-            return Err(Error::config(format!(
+            return Err(Error::conflict(S::Slo, S::Endpoint, format!(
                 "the objective {o} does not apply: {p} requests ({}) have no first token and no gaps between tokens; of the objectives only e2e applies to them",
                 kind.as_str()
             )));
@@ -541,8 +546,8 @@ impl Benchmark {
             d.write_manifest(&manifest)?;
         }
         if let Some(j) = &joined {
-            let text = serde_json::to_string_pretty(&manifest)
-                .map_err(|e| Error::config(e.to_string()))?;
+            let text =
+                serde_json::to_string_pretty(&manifest).map_err(Error::encode("run.json"))?;
             j.file(quetta_report::files::MANIFEST, text).await?;
         }
         if let Some(path) = &self.reset_prefix_cache {
@@ -560,10 +565,10 @@ impl Benchmark {
             BuiltWork::Sessions(s) => Work::Sessions {
                 source: s.source,
                 config: sessions
-                    .ok_or_else(|| Error::config("sessions without a session configuration"))?,
+                    .ok_or(Error::Internal("a sessions workload without session settings"))?,
             },
             BuiltWork::Requests(w) => Work::Requests(w),
-            _ => return Err(Error::config("an unknown kind of workload")),
+            _ => return Err(Error::Internal("an unknown kind of workload")),
         };
         let mut runner = Runner::new(c.engine.clone(), cfg).control(self.control.clone());
         let mut sinks: Vec<Box<dyn quetta_loadgen::RecordSink>> = Vec::new();
@@ -618,7 +623,9 @@ impl Benchmark {
         if let Some(j) = joined {
             let mut text = String::new();
             for s in &series {
-                text.push_str(&serde_json::to_string(s).map_err(|e| Error::config(e.to_string()))?);
+                text.push_str(
+                    &serde_json::to_string(s).map_err(Error::encode("timeseries.jsonl"))?,
+                );
                 text.push('\n');
             }
             let grace = self.drain_timeout + Duration::from_secs(60);

@@ -30,9 +30,22 @@ pub enum Error {
     /// A setting the others need was not given; `reason` says what needs it.
     #[error("{reason}")]
     Missing { setting: Setting, reason: String },
-    /// The benchmark cannot be done as set, for a reason no one setting carries.
-    #[error("{0}")]
-    Config(String),
+    /// A step that had to complete requests completed none (its run holds its errors).
+    #[error("{step} completed nothing")]
+    NothingCompleted { step: String },
+    /// The async runtime could not be started.
+    #[error("starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A file written outside a run directory (a downloaded tokenizer) could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: std::path::PathBuf, source: std::io::Error },
+    /// A value could not be encoded for a file or a shard's message (JSON, YAML).
+    #[error("encoding {what}: {source}")]
+    Encode { what: &'static str, source: Box<dyn std::error::Error + Send + Sync> },
+    /// A state the library's own checks rule out was reached: a bug in Quetta, reported
+    /// instead of a panic.
+    #[error("internal error (a bug in Quetta, please report it): {0}")]
+    Internal(&'static str),
     /// The workload could not be built (a file, a line, a field).
     #[error(transparent)]
     Workload(#[from] quetta_workload::WorkloadError),
@@ -74,14 +87,21 @@ pub enum TargetError {
     /// serve, no answer in time), before anything was measured.
     #[error("{reason}")]
     Preflight { url: String, reason: String },
+    /// The client for the target could not be built (TLS roots, headers, addresses).
+    #[error("building the client: {0}")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A tokenizer named by its model id is neither cached nor downloadable.
     #[error("{} {spec}: not in the local Hugging Face cache, and downloading {url} failed ({source}); offline? give a tokenizer.json path", Setting::Tokenizer)]
     Download { spec: String, url: String, source: quetta_engine::EngineError },
 }
 
 impl Error {
-    pub(crate) fn config(m: impl Into<String>) -> Self {
-        Self::Config(m.into())
+    pub(crate) fn encode(what: &'static str) -> impl FnOnce(serde_json::Error) -> Self {
+        move |e| Self::Encode { what, source: Box::new(e) }
+    }
+
+    pub(crate) fn client(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Target(TargetError::Client(Box::new(e)))
     }
 
     pub(crate) fn invalid(setting: Setting, reason: impl Into<String>) -> Self {

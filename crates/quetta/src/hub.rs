@@ -8,6 +8,8 @@ use std::time::Duration;
 use quetta_http::fetch::ApiKey;
 use quetta_workload::tokenizer::{hf_cache_dir, Tokenizer};
 
+use quetta_engine::setting::Setting;
+
 use crate::{Error, Result};
 
 /// Make `spec` (a path or `org/name`) resolvable locally, downloading its `tokenizer.json`
@@ -33,14 +35,18 @@ pub async fn ensure_tokenizer(spec: Option<&str>) -> Result<()> {
                 source,
             })
         })?;
-    let cache = hf_cache_dir()
-        .ok_or_else(|| Error::config("no cache directory for the tokenizer (set HF_HOME)"))?;
-    let (org, name) =
-        spec.split_once('/').ok_or_else(|| Error::config("a model id is org/name"))?;
+    let cache = hf_cache_dir().ok_or_else(|| {
+        Error::invalid(
+            Setting::Tokenizer,
+            format!("{spec}: no cache directory to download it to (set HF_HOME or HOME)"),
+        )
+    })?;
+    let (org, name) = spec.split_once('/').ok_or_else(|| {
+        Error::invalid(Setting::Tokenizer, format!("{spec}: a model id is org/name"))
+    })?;
     let dir =
         cache.join(format!("models--{org}--{name}")).join("snapshots").join("quetta-download");
-    let werr =
-        |p: &Path, e: std::io::Error| Error::config(format!("cannot write {}: {e}", p.display()));
+    let werr = |p: &Path, source: std::io::Error| Error::Write { path: p.to_owned(), source };
     std::fs::create_dir_all(&dir).map_err(|e| werr(&dir, e))?;
     let file = dir.join("tokenizer.json");
     std::fs::write(&file, &bytes).map_err(|e| werr(&file, e))?;

@@ -261,7 +261,7 @@ impl Manifest {
             |name: String| Meta { name, namespace: self.namespace.clone(), labels: labels.clone() };
         let mut docs = Vec::new();
         let yaml = |v: Result<String, serde_yaml_ng::Error>| {
-            v.map_err(|e| Error::config(format!("writing the manifest as YAML: {e}")))
+            v.map_err(|e| Error::Encode { what: "the manifest as YAML", source: Box::new(e) })
         };
         docs.push(yaml(serde_yaml_ng::to_string(&Object {
             api_version: "v1",

@@ -107,5 +107,5 @@ pub fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
         .worker_threads(n.max(1))
         .enable_all()
         .build()
-        .map_err(|e| Error::config(format!("starting the async runtime: {e}")))
+        .map_err(Error::Runtime)
 }

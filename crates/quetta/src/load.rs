@@ -7,6 +7,8 @@ use quetta_loadgen::{Dispatch, Pacing};
 use quetta_report::{ArrivalKind, LoadKind};
 use quetta_workload::arrival::Arrival;
 
+use quetta_engine::setting::Setting;
+
 use crate::{Error, Result};
 
 /// How requests (or, for multi-turn workloads, sessions) are sent.
@@ -102,13 +104,16 @@ impl Load {
             }
             Load::Recorded { max_concurrency } => Dispatch::Scheduled {
                 offsets: Arc::new(offsets.ok_or_else(|| {
-                    Error::config("a recorded load needs a workload with its own send times (a trace, or a distribution file)")
+                    Error::missing(
+                        Setting::Trace,
+                        "a recorded load needs a workload with its own send times (a trace, or a distribution file)",
+                    )
                 })?),
                 max_concurrency: *max_concurrency,
             },
             Load::Interleaved { .. } => {
                 return Err(Error::missing(
-                    quetta_engine::setting::Setting::Sessions,
+                    Setting::Sessions,
                     "interleaved pacing is for multi-turn sessions",
                 ))
             }
@@ -129,11 +134,11 @@ impl Load {
             Load::Recorded { max_concurrency } => {
                 let offsets = starts.ok_or_else(|| {
                     Error::conflict(
-                        quetta_engine::setting::Setting::Pacing,
-                        quetta_engine::setting::Setting::Sessions,
+                        Setting::Pacing,
+                        Setting::Sessions,
                         format!(
                             "{} recorded: every session of the file needs a start_ms",
-                            quetta_engine::setting::Setting::Pacing
+                            Setting::Pacing
                         ),
                     )
                 })?;

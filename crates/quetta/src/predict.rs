@@ -9,6 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
+use quetta_engine::setting::Setting;
 use quetta_engine::{Prompt, Usage};
 use quetta_loadgen::{Dispatch, RunOutcome};
 use quetta_metrics::{Aggregate, Observation, RequestRecord};
@@ -314,23 +315,31 @@ impl Benchmark {
 
     /// [`Benchmark::predict_blocking`] on the caller's runtime.
     pub async fn predict(self, model: &ServerModel) -> Result<BenchReport> {
-        model.check().map_err(|(f, m)| Error::config(format!("the server model's {f}: {m}")))?;
+        model.check().map_err(|(f, m)| {
+            Error::invalid(Setting::ServerModel, format!("the server model's {f}: {m}"))
+        })?;
         let kind = self.target.request_kind();
         if kind != quetta_engine::RequestKind::Generate {
-            return Err(Error::config(format!(
-                "a twin predicts text generation; the {} protocol's requests ({}) are not predicted",
-                self.target.protocol,
-                kind.as_str()
-            )));
+            return Err(Error::conflict(
+                Setting::ServerModel,
+                Setting::Endpoint,
+                format!(
+                    "a twin predicts text generation; the {} protocol's requests ({}) are not predicted",
+                    self.target.protocol,
+                    kind.as_str()
+                ),
+            ));
         }
         let p = self.prepare().await?;
         let crate::bench::Prepared { built, cfg, sessions, load, mut notes } = p;
         if sessions.is_some() {
-            return Err(Error::config(
+            return Err(Error::conflict(
+                Setting::ServerModel,
+                Setting::Sessions,
                 "predict runs request workloads; multi-turn sessions are not predicted",
             ));
         }
-        let offsets = cfg.intended_offsets().map_err(|e| Error::config(e.to_string()))?;
+        let offsets = cfg.intended_offsets()?;
         let pace = match (&cfg.dispatch, offsets) {
             (Dispatch::Closed { concurrency }, _) => Pace::Closed {
                 concurrency: (*concurrency).max(1),
@@ -344,7 +353,7 @@ impl Benchmark {
         };
         let settings = crate::summary::predicted_settings(&self, &built, &load, &cfg, model);
         let BuiltWork::Requests(mut work) = built.into_work() else {
-            return Err(Error::config("predict runs request workloads"));
+            return Err(Error::Internal("a request workload built another kind of work"));
         };
         if cfg.warmup > 0 {
             notes.push(format!(
@@ -396,6 +405,15 @@ impl Benchmark {
     }
 }
 
+/// A failed write of the predicted records, naming their file.
+fn records_err(dir: Option<&RunDir>) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| {
+        let path = dir.map(|d| d.path().join(quetta_report::files::REQUESTS));
+        let path = path.map_or_else(String::new, |p| p.display().to_string());
+        Error::Report(quetta_report::ReportError::Write { path, source })
+    }
+}
+
 /// The run outcome of predicted observations (records streamed to the directory).
 fn outcome(
     cfg: &quetta_loadgen::RunConfig,
@@ -420,15 +438,14 @@ fn outcome(
             busy += r.end_offset_ms - s;
         }
         if let Some(w) = w.as_mut() {
-            let line = serde_json::to_string(&r).map_err(|e| Error::config(e.to_string()))?;
-            writeln!(w, "{line}")
-                .map_err(|e| Error::config(format!("writing the records: {e}")))?;
+            let line = serde_json::to_string(&r).map_err(Error::encode("a request record"))?;
+            writeln!(w, "{line}").map_err(records_err(dir))?;
         }
         agg.add(&r);
         series.add(&r);
     }
     if let Some(mut w) = w {
-        w.flush().map_err(|e| Error::config(format!("writing the records: {e}")))?;
+        w.flush().map_err(records_err(dir))?;
     }
     let s = series.finish();
     let steadiness = series.steadiness(&s);

@@ -30,8 +30,7 @@ pub(crate) async fn kserve_preflight(
     tensors: quetta_protocols::kserve::Tensors,
 ) -> Result<()> {
     use quetta_protocols::kserve;
-    let transport =
-        quetta_http::Transport::new(&cfg.transport()).map_err(|e| Error::config(e.to_string()))?;
+    let transport = quetta_http::Transport::new(&cfg.transport()).map_err(Error::client)?;
     kserve::preflight(&transport, &cfg.base_url, cfg.api_key.as_ref(), &cfg.model, tensors)
         .await
         .map_err(|e| Error::preflight(given, format!("pre-flight: {given}: {e}")))

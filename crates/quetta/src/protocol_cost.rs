@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
+use quetta_engine::setting::Setting;
 use quetta_engine::{EngineRequest, Prompt, RequestKind, RequestParams};
 use quetta_metrics::{Aggregate, RequestRecord, ServerTimingSummary, Stats};
 use quetta_workload::spec::Limits;
@@ -64,13 +65,17 @@ impl ProtocolCost {
 
     /// Run the rounds and report each protocol.
     pub async fn run(&self) -> Result<ProtocolCostReport> {
-        if self.protocols.is_empty() || self.rounds == 0 {
-            return Err(Error::config("protocol cost: give at least one protocol and one round"));
+        if self.protocols.is_empty() {
+            return Err(Error::missing(Setting::Protocols, "protocol cost needs a protocol"));
+        }
+        if self.rounds == 0 {
+            return Err(Error::invalid(Setting::Rounds, "give at least one round"));
         }
         if let Some(p) = self.protocols.iter().find(|p| p.kind() != RequestKind::Generate) {
-            return Err(Error::config(format!(
-                "protocol cost compares generation protocols; {p} is not one"
-            )));
+            return Err(Error::invalid(
+                Setting::Protocols,
+                format!("protocol cost compares generation protocols; {p} is not one"),
+            ));
         }
         let mut engines = Vec::with_capacity(self.protocols.len());
         for p in &self.protocols {
@@ -89,7 +94,9 @@ impl ProtocolCost {
         };
         let limits = Limits { requests: Some(self.rounds * n), ..Limits::default() };
         let mut built = spec.build(&limits)?;
-        let work = built.requests().ok_or_else(|| Error::config("a request workload"))?;
+        let work = built
+            .requests()
+            .ok_or(Error::Internal("a synthetic workload built no request workload"))?;
         let mut aggs: Vec<Aggregate> =
             self.protocols.iter().map(|_| Aggregate::new(None)).collect();
         let params = Arc::new(RequestParams::default());
@@ -97,9 +104,9 @@ impl ProtocolCost {
         for k in 0..self.rounds {
             for (j, (p, c)) in engines.iter().enumerate() {
                 let index = k * n + j as u64;
-                let planned = work.request(index).ok_or_else(|| {
-                    Error::config(format!("the workload could not build prompt {index}"))
-                })?;
+                let planned = work
+                    .request(index)
+                    .ok_or(Error::Internal("a synthetic workload ended before its limit"))?;
                 let req = request(*p, planned.prompt, index, self.output_len, &params);
                 let now = Instant::now();
                 let o = quetta_loadgen::execute(

@@ -15,6 +15,9 @@ use quetta_report::{MergeOptions, RunSettings, ShardRun, Summary};
 pub use quetta_shard::ShardSecret;
 use quetta_shard::{Coordinator, CoordinatorConfig, Member, RecordSender, ShardEnd, Started};
 
+use quetta_engine::setting::Setting;
+use quetta_shard::ShardError;
+
 use crate::{Error, Result};
 
 /// Which part of a split run this benchmark is, and where the shards meet.
@@ -175,7 +178,10 @@ impl Joined {
         let mut target = addr.to_owned();
         if k == 0 {
             let out = out.ok_or_else(|| {
-                Error::config("shard 0 writes the merged run: give it an output directory")
+                Error::missing(
+                    Setting::OutputDir,
+                    "shard 0 writes the merged run: give it an output directory",
+                )
             })?;
             let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).ok_or_else(
                 || {
@@ -244,7 +250,9 @@ impl Joined {
     pub(crate) async fn file(&self, name: &str, text: String) -> Result<()> {
         match self.member.lock().await.as_ref() {
             Some(m) => m.file(name, text).map_err(shard_err),
-            None => Err(Error::config("sharded run: the member is gone")),
+            None => {
+                Err(Error::Shard(ShardError::Aborted("this shard's connection is closed".into())))
+            }
         }
     }
 
@@ -290,8 +298,7 @@ impl Joined {
         grace: Duration,
         overwrite: bool,
     ) -> Result<Option<Summary>> {
-        let text =
-            serde_json::to_string_pretty(summary).map_err(|e| Error::config(e.to_string()))?;
+        let text = serde_json::to_string_pretty(summary).map_err(Error::encode("summary.json"))?;
         self.file("timeseries.jsonl", series_text).await?;
         self.file("summary.json", text).await?;
         let m = self.member.lock().await.take();

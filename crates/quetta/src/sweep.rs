@@ -219,7 +219,9 @@ impl Sweep {
                 }
                 let max = Some(r.summary.metrics.request_throughput)
                     .filter(|m| *m > 0.0)
-                    .ok_or_else(|| Error::config("the max-throughput step completed nothing"))?;
+                    .ok_or_else(|| Error::NothingCompleted {
+                        step: format!("the max-throughput step (concurrency {concurrency})"),
+                    })?;
                 notes.push(format!(
                     "maximum throughput at concurrency {concurrency}: {max:.3} req/s"
                 ));

@@ -537,16 +537,13 @@ impl Target {
             } else {
                 quetta_openai::Api::Chat
             };
-            Arc::new(
-                LiteLlmEngine::new(LiteLlmConfig { openai: cfg })
-                    .map_err(|e| Error::config(e.to_string()))?,
-            )
+            Arc::new(LiteLlmEngine::new(LiteLlmConfig { openai: cfg }).map_err(Error::client)?)
         } else {
             if grpc && self.preflight && !embedded {
                 kserve_preflight(&cfg, given, self.protocol_options.kserve_tensors).await?;
             }
             quetta_protocols::engine(self.protocol, cfg, self.protocol_options)
-                .map_err(|e| Error::config(e.to_string()))?
+                .map_err(Error::client)?
         };
         if self.preflight && !embedded {
             preflight_request(engine.as_ref(), base_url, self.protocol, &self.headers, true)

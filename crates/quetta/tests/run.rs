@@ -200,6 +200,28 @@ fn errors_name_their_settings_as_values() {
     let e = b.run_blocking().unwrap_err();
     let want = (Setting::ResetPrefixCache, Setting::Backend);
     assert!(matches!(&e, Error::Conflict { a, b, .. } if (*a, *b) == want), "{e:?}");
+    // an objective on first tokens for requests that have none; a batch for a protocol
+    // that sends one input
+    let embed = || sim(1, 1).protocol(quetta::Protocol::Embeddings);
+    let b = Benchmark::new(embed()).requests(1).slos("ttft:p99<1s".parse().unwrap());
+    let e = b.run_blocking().unwrap_err();
+    let want = (Setting::Slo, Setting::Endpoint);
+    assert!(matches!(&e, Error::Conflict { a, b, .. } if (*a, *b) == want), "{e:?}");
+    let mut w = WorkloadSpec::synthetic(8, 4);
+    (w.inputs_per_request, w.chat) = (4, true);
+    let one = sim(1, 1).protocol(quetta::Protocol::ChatEmbeddings);
+    let e = Benchmark::new(one).workload(w).requests(1).run_blocking().unwrap_err();
+    let want = (Setting::InputsPerRequest, Setting::Endpoint);
+    assert!(matches!(&e, Error::Conflict { a, b, .. } if (*a, *b) == want), "{e:?}");
+    // the protocol comparison: no rounds, or a protocol that does not generate
+    let mut c = quetta::ProtocolCost::new(sim(1, 1));
+    c.rounds = 0;
+    let e = rt().block_on(c.run()).unwrap_err();
+    assert!(matches!(&e, Error::Invalid { setting: Setting::Rounds, .. }), "{e:?}");
+    c.rounds = 1;
+    c.protocols = vec![quetta::Protocol::Embeddings];
+    let e = rt().block_on(c.run()).unwrap_err();
+    assert!(matches!(&e, Error::Invalid { setting: Setting::Protocols, .. }), "{e:?}");
 }
 
 #[test]
