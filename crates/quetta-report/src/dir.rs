@@ -356,15 +356,11 @@ impl RunDir {
             n += k;
             sent += m;
         }
-        let mut notes = vec![format!(
-            "rebuilt from {n} records in requests.jsonl: the run did not finish (no summary.json)"
-        )];
+        let mut notes = vec![crate::Note::Rebuilt { records: n }];
         if torn {
-            notes.push(
-                "the last line of requests.jsonl was cut off mid-write and was left out".into(),
-            );
+            notes.push(crate::Note::TornRecord);
         }
-        notes.push("client CPU and memory are unknown for a rebuilt run".into());
+        notes.push(crate::Note::ClientUnknown);
         let percentiles = m.as_ref().map(|m| m.percentiles.clone()).unwrap_or_default();
         let metrics = agg.summary(&percentiles);
         let m_shard = m.as_ref().and_then(|m| m.shard.clone());
@@ -383,7 +379,7 @@ impl RunDir {
         s.partial = true;
         s.partial_reason = Some(crate::PartialReason::Rebuilt);
         s.sent = sent;
-        s.notes = notes.into_iter().map(crate::Note::Text).collect();
+        s.notes = notes;
         s.steady_state = series.steadiness(&second);
         s.shard = m_shard;
         self.write_summary(&s)?;

@@ -18,6 +18,7 @@ use quetta_metrics::series::SeriesBuilder;
 use quetta_metrics::{Aggregate, ClientStats, SloSet};
 
 use crate::dir::{werr, ReportError, RunDir, RunManifest};
+use crate::note::Note;
 use crate::summary::{SessionsSummary, ShardResult, ShardRun, ShardsSummary, Summary};
 
 /// What the caller knows beyond the directories (shard 0, from the rendezvous).
@@ -27,7 +28,7 @@ pub struct MergeOptions {
     /// Why a shard ended early, by index (a dead connection, a shard that went silent).
     pub ended_early: BTreeMap<u32, String>,
     /// Notes to add to the merged summary.
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     /// Each shard's start skew in ms as shard 0 heard it, by index: for a shard that died
     /// before writing the summary that holds its own.
     pub start_skew_ms: BTreeMap<u32, f64>,
@@ -170,10 +171,10 @@ pub fn merge(dirs: &[PathBuf], out: &Path, opts: &MergeOptions) -> Result<Summar
     }
     w.flush().map_err(werr(&path))?;
     if base_ns.is_none() && parts.len() > 1 {
-        notes.push("the shards' start instants are not all known: each shard's records count from its own start".into());
+        notes.push(Note::ShardStartsUnknown);
     }
     if independent {
-        notes.push(format!("{} runs that were not shards of one plan, added up", parts.len()));
+        notes.push(Note::NotOnePlan { runs: parts.len() });
     }
     let s = fold.finish(&dir, &parts, results, base_ns, notes)?;
     Ok(s)
@@ -245,21 +246,18 @@ impl Fold {
         shift_ms: f64,
         w: &mut impl Write,
         path: &Path,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<Note>,
     ) -> Result<(u64, u64), ReportError> {
         let d = RunDir::open(&p.dir)?;
         let (mut ok, mut failed) = (0u64, 0u64);
         if !d.file(crate::files::REQUESTS).is_file() {
             let Some(s) = &p.summary else {
-                notes.push(format!("shard {}: neither records nor a summary", p.shard.index));
+                notes.push(Note::ShardEmpty { index: p.shard.index });
                 return Ok((0, 0));
             };
             self.agg.merge(&s.aggregate);
             self.sent += s.sent;
-            notes.push(format!(
-                "shard {} kept no per-request records: its histograms are merged, and it has no part in the time series",
-                p.shard.index
-            ));
+            notes.push(Note::ShardWithoutRecords { index: p.shard.index });
             return Ok((s.aggregate.completed, s.aggregate.failed));
         }
         let mut err = None;
@@ -292,10 +290,7 @@ impl Fold {
             return Err(e);
         }
         if torn {
-            notes.push(format!(
-                "shard {}: the last line of its requests.jsonl was cut off mid-write and was left out",
-                p.shard.index
-            ));
+            notes.push(Note::ShardTornRecord { index: p.shard.index });
         }
         Ok((ok, failed))
     }
@@ -306,7 +301,7 @@ impl Fold {
         parts: &[Part],
         shards: Vec<ShardResult>,
         base_ns: Option<i64>,
-        mut notes: Vec<String>,
+        mut notes: Vec<Note>,
     ) -> Result<Summary, ReportError> {
         let m = &parts[0].manifest;
         let metrics = self.agg.summary(&m.percentiles);
@@ -319,36 +314,18 @@ impl Fold {
         let missing = shards.len() < parts[0].shard.count as usize;
         if missing {
             let have: Vec<u32> = shards.iter().map(|s| s.index).collect();
-            let gone: Vec<String> = (0..parts[0].shard.count)
-                .filter(|k| !have.contains(k))
-                .map(|k| k.to_string())
-                .collect();
-            notes.insert(
-                0,
-                format!(
-                    "shards {} of {} are missing: their requests are not in this run",
-                    gone.join(", "),
-                    parts[0].shard.count
-                ),
-            );
+            let count = parts[0].shard.count;
+            let missing = (0..count).filter(|k| !have.contains(k)).collect();
+            notes.insert(0, Note::ShardsMissing { missing, count });
         }
         let died: Vec<&ShardResult> = shards.iter().filter(|s| s.status == "died").collect();
         for d in &died {
-            notes.insert(0, format!(
-                "shard {} died: it completed {} and failed {} of {} planned requests ({}); what it measured is kept",
-                d.index,
-                d.completed,
-                d.failed,
-                d.planned.map_or("an unknown number of".into(), |p| p.to_string()),
-                d.reason.clone().unwrap_or_default()
-            ));
+            let reason = d.reason.clone().unwrap_or_default();
+            let (index, completed, failed, planned) = (d.index, d.completed, d.failed, d.planned);
+            notes.insert(0, Note::ShardDied { index, completed, failed, planned, reason });
         }
         let partial = missing || !died.is_empty() || shards.iter().any(|s| s.status == "partial");
-        notes.push(format!(
-            "merged from {} shard{}; client CPU and memory are the sums over the shards",
-            shards.len(),
-            if shards.len() == 1 { "" } else { "s" }
-        ));
+        notes.push(Note::Merged { shards: shards.len() });
         let abs_max = |f: fn(&ShardResult) -> Option<f64>| {
             shards
                 .iter()
@@ -395,7 +372,7 @@ impl Fold {
                 .map(|r| (r * 1e3).round() / 1e3);
         s.cancelled_in_drain = sums(|s| s.cancelled_in_drain);
         s.client = total_client(parts);
-        s.notes = notes.into_iter().map(crate::Note::Text).collect();
+        s.notes = notes;
         s.workload_error = parts.iter().find_map(|p| {
             let e = p.summary.as_ref()?.workload_error.as_ref()?;
             Some(format!("shard {}: {e}", p.shard.index))

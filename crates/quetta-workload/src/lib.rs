@@ -54,6 +54,7 @@ pub mod audio;
 pub mod batch;
 pub mod dataset;
 pub mod distribution;
+pub mod note;
 pub mod prefetch;
 pub mod profiles;
 pub mod session;

@@ -22,6 +22,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, LogNormal, Normal};
 use serde_json::Value;
 
+use crate::note::WorkloadNote;
 use crate::tokenizer::{ExactPrompts, Tokenizer};
 use crate::{parse_err as err, read, WorkloadError};
 
@@ -501,31 +502,29 @@ impl SessionSynthSpec {
     /// Warnings for sizes a run can build but a user hardly means: sessions whose context
     /// (system prompt plus every turn's prompt and answer, at the means) grows past 128 Ki
     /// tokens, which most served models refuse; sessions that spend over an hour thinking.
-    pub fn warnings(&self, path: &Path) -> Vec<String> {
+    pub fn warnings(&self, path: &Path) -> Vec<WorkloadNote> {
         let turns = self.turns.mean().max(1.0);
         let per_turn = self.new_prompt_tokens.mean() + self.output_tokens.mean();
         let context = f64::from(self.system_prompt_tokens) + turns * per_turn;
         let mut w = Vec::new();
         if context > WARN_CONTEXT_TOKENS {
-            w.push(format!(
-                "warning: {}: sessions grow to about {context:.0} tokens of context by their last \
-                 turn ({:.0} system + {turns:.0} turns x {per_turn:.0} tokens, at the means), more \
-                 than most served models accept (131072): the server will refuse the later turns",
-                path.display(),
-                self.system_prompt_tokens
-            ));
+            w.push(WorkloadNote::LongContext {
+                path: path.to_owned(),
+                context,
+                system: self.system_prompt_tokens,
+                turns,
+                per_turn,
+            });
         }
         if let Some(t) = &self.think_time_ms {
             let think = (turns - 1.0).max(0.0) * t.mean();
             if think > WARN_THINK_MS {
-                w.push(format!(
-                    "warning: {}: a session thinks about {:.1} h between its turns (mean {:.0} ms \
-                     x {:.0} gaps): a run of a few sessions takes hours",
-                    path.display(),
-                    think / WARN_THINK_MS,
-                    t.mean(),
-                    turns - 1.0
-                ));
+                w.push(WorkloadNote::LongThink {
+                    path: path.to_owned(),
+                    hours: think / WARN_THINK_MS,
+                    mean_ms: t.mean(),
+                    gaps: turns - 1.0,
+                });
             }
         }
         w

@@ -26,6 +26,7 @@ use quetta_engine::setting::Setting as S;
 
 use crate::dataset::{load_jsonl, load_sharegpt, load_text, DatasetWorkload, Filters};
 use crate::distribution::{DistWorkload, Distribution};
+use crate::note::WorkloadNote;
 use crate::prefetch::Prefetched;
 use crate::profiles::{self, UserProfile};
 use crate::session::{
@@ -108,7 +109,7 @@ pub enum Source {
     Audio { path: PathBuf },
 }
 
-/// Images attached to each chat request (`--modality vision`).
+/// Images attached to each chat request (the vision modality).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Vision {
     /// Image files (PNG, JPEG, GIF, WebP); none: the bundled test image.
@@ -264,7 +265,7 @@ pub struct Built {
     times: Option<Times>,
     seed: u64,
     /// What a reader of the results must know (estimated lengths, filtered prompts, ...).
-    pub notes: Vec<String>,
+    pub notes: Vec<WorkloadNote>,
     /// The lengths in force (the profile's where the spec gave none).
     pub input_len: u32,
     pub input_stddev: f64,
@@ -623,10 +624,7 @@ impl WorkloadSpec {
                     self.output_len.unwrap_or(128),
                     self.seed,
                 );
-                notes.push(format!(
-                    "{n} recordings of {:.1} s in all; input tokens are the server's count, where it gives one",
-                    w.seconds()
-                ));
+                notes.push(WorkloadNote::Recordings { clips: n, seconds: w.seconds() });
                 Box::new(w)
             }
             Source::Distribution { path } => {
@@ -650,16 +648,10 @@ impl WorkloadSpec {
                     self.seed,
                 )?;
                 if w.filtered_out > 0 {
-                    notes.push(format!(
-                        "{} dataset prompts were left out by the length filters",
-                        w.filtered_out
-                    ));
+                    notes.push(WorkloadNote::FilteredOut(w.filtered_out));
                 }
                 if tokenizer.is_none() {
-                    notes.push(format!(
-                        "no {}: dataset prompt lengths are counted as words (an estimate)",
-                        S::Tokenizer
-                    ));
+                    notes.push(WorkloadNote::DatasetCountsWords);
                 }
                 Box::new(w)
             }
@@ -668,9 +660,9 @@ impl WorkloadSpec {
                 spec.validate()?;
                 match (tokenizer, self.stress) {
                     (t, true) => {
-                        notes.push(format!("stress mode: every prompt is unique from its first word (its first token with {}), so a prefix cache has next to nothing to serve, and ignore_eos with min_tokens = max_tokens asks for exactly the planned output length", S::Tokenizer));
+                        notes.push(WorkloadNote::Stress);
                         if self.chat {
-                            notes.push(format!("stress mode on the chat endpoint: the server's chat template puts the same tokens before every prompt, which it may serve from cache (about 25 tokens per request on llama.cpp with SmolLM2); the completions endpoint ({}) leaves nothing shared", S::Endpoint));
+                            notes.push(WorkloadNote::StressChatTemplate);
                         }
                         let exact = t.is_some() && !self.token_ids;
                         built_ahead(StressWorkload::new(spec, t, self.token_ids), exact)
@@ -696,10 +688,10 @@ impl WorkloadSpec {
         w.token_ids = self.token_ids;
         built.times = Some(Times::Trace(w.offsets(self.replay_speed)));
         if exact && !self.token_ids {
-            built.notes.push(format!("trace prompts are decoded token blocks: the server's re-tokenisation can merge tokens at block edges (a token or two per block); {} on the completions endpoint sends the exact blocks", S::TokenIds));
+            built.notes.push(WorkloadNote::TraceBlocks);
         }
         if !exact {
-            built.notes.push(format!("no {}: trace prompts are built from words, one per intended token (exact for the simulator, an estimate for real servers)", S::Tokenizer));
+            built.notes.push(WorkloadNote::TraceCountsWords);
         }
         Box::new(w)
     }
@@ -708,7 +700,7 @@ impl WorkloadSpec {
     fn with_images(
         &self,
         w: Box<dyn Workload>,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<WorkloadNote>,
     ) -> Result<Box<dyn Workload>, WorkloadError> {
         let Some(v) = &self.vision else { return Ok(w) };
         let images = if v.images.is_empty() {
@@ -716,11 +708,7 @@ impl WorkloadSpec {
         } else {
             v.images.iter().map(|p| crate::vision::load_image(p)).collect::<Result<Vec<_>, _>>()?
         };
-        notes.push(format!(
-            "vision: {} image(s) per request from {}; image tokens are counted by the server (usage), not planned",
-            v.per_request.max(1),
-            if v.images.is_empty() { "the bundled test image".to_owned() } else { format!("{} file(s)", v.images.len()) }
-        ));
+        notes.push(WorkloadNote::Vision { per_request: v.per_request, files: v.images.len() });
         Ok(Box::new(crate::vision::WithImages { inner: w, images, per_request: v.per_request }))
     }
 
@@ -729,7 +717,7 @@ impl WorkloadSpec {
         &self,
         tokenizer: Option<Arc<Tokenizer>>,
         limits: &Limits,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<WorkloadNote>,
     ) -> Result<BuiltSessions, WorkloadError> {
         let opts = LoadOptions {
             tokenizer: tokenizer.as_deref(),
@@ -737,21 +725,19 @@ impl WorkloadSpec {
             max_turns: self.max_turns,
         };
         let list: Vec<Session> = match &self.source {
-            Source::Sessions { path, format, .. } => {
-                match format {
-                    SessionFormat::Sharegpt => load_sessions_sharegpt(path, opts)?,
-                    SessionFormat::TurnsJsonl => load_turns_jsonl(path, opts)?,
-                    SessionFormat::Synth => {
-                        let spec = SessionSynthSpec::load(path)?;
-                        notes.extend(spec.warnings(path));
-                        if tokenizer.is_none() {
-                            notes.push(format!("no {}: synthesised turn lengths are counted as words (an estimate)", S::Tokenizer));
-                        }
-                        let source = Box::new(SessionSynth::new(spec, self.seed, tokenizer));
-                        return Ok(BuiltSessions { source, distinct: None, starts: None });
+            Source::Sessions { path, format, .. } => match format {
+                SessionFormat::Sharegpt => load_sessions_sharegpt(path, opts)?,
+                SessionFormat::TurnsJsonl => load_turns_jsonl(path, opts)?,
+                SessionFormat::Synth => {
+                    let spec = SessionSynthSpec::load(path)?;
+                    notes.extend(spec.warnings(path));
+                    if tokenizer.is_none() {
+                        notes.push(WorkloadNote::TurnsCountWords);
                     }
+                    let source = Box::new(SessionSynth::new(spec, self.seed, tokenizer));
+                    return Ok(BuiltSessions { source, distinct: None, starts: None });
                 }
-            }
+            },
             Source::Profile { name, .. } => {
                 profiles::find(name)?.sessions(opts)?.unwrap_or_default()
             }
@@ -765,7 +751,7 @@ impl WorkloadSpec {
         }
         let n = list.len() as u64;
         let turns: usize = list.iter().map(|s| s.turns.len()).sum();
-        notes.push(format!("the session source holds {n} sessions ({turns} turns)"));
+        notes.push(WorkloadNote::SessionSource { sessions: n, turns });
         // A session count beyond the file's repeats it (with unique session ids).
         let cycle = limits.sessions.is_some_and(|k| k > n) || limits.duration.is_some();
         let (list, starts) = in_start_order(list);

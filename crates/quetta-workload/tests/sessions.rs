@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use quetta_workload::note::WorkloadNote;
 use quetta_workload::session::{
     load_sharegpt, load_turns_jsonl, parse_sharegpt, parse_turns_jsonl, LoadOptions, SessionSource,
     SessionSynth, SessionSynthSpec,
@@ -247,8 +248,10 @@ fn absurd_but_buildable_synthesis_sizes_are_warned_about() {
     let big = parse("turns = { dist = \"fixed\", value = 5000 }\nnew_prompt_tokens = { dist = \"fixed\", value = 1000 }\noutput_tokens = { dist = \"uniform\", min = 0, max = 200 }\nthink_time_ms = { dist = \"exponential\", mean = 5000 }\n");
     let w = big.warnings(p);
     assert_eq!(w.len(), 2, "{w:?}");
-    assert!(w[0].starts_with("warning: s.toml: sessions grow to about 5500000 tokens"), "{w:?}");
-    assert!(w[1].contains("thinks about 6.9 h"), "{w:?}");
+    assert!(w.iter().all(WorkloadNote::is_warning), "{w:?}");
+    let (long, think) = (w[0].to_string(), w[1].to_string());
+    assert!(long.starts_with("warning: s.toml: sessions grow to about 5500000 tokens"), "{long}");
+    assert!(think.contains("thinks about 6.9 h"), "{think}");
     let fine = parse("turns = { dist = \"uniform\", min = 2, max = 8 }\nsystem_prompt_tokens = 500\nnew_prompt_tokens = { dist = \"normal\", mean = 300, stddev = 50 }\noutput_tokens = { dist = \"fixed\", value = 200 }\nthink_time_ms = { dist = \"fixed\", value = 2000 }\n");
     assert!(fine.warnings(p).is_empty());
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use quetta_workload::dataset::Filters;
+use quetta_workload::note::WorkloadNote;
 use quetta_workload::spec::{
     DatasetFormat, Limits, SessionFormat, Source, TraceFormat, Vision, WorkloadSpec,
 };
@@ -28,7 +29,8 @@ fn a_trace_brings_its_times_sped_up_and_its_whole_length() {
     assert!((times[5].as_secs_f64() * 1e3 - t5).abs() < 0.01, "{:?} vs {t5} ms", times[5]);
     let p = b.requests().unwrap().request(5).unwrap();
     assert_eq!(u64::from(p.input_tokens), first["input_length"].as_u64().unwrap());
-    assert!(b.notes.iter().any(|n| n.contains("no WorkloadSpec.tokenizer")), "{:?}", b.notes);
+    assert!(b.notes.contains(&WorkloadNote::TraceCountsWords), "{:?}", b.notes);
+    assert!(WorkloadNote::TraceCountsWords.to_string().starts_with("no WorkloadSpec.tokenizer"));
 }
 
 #[test]
@@ -88,7 +90,11 @@ fn datasets_sessions_and_vision_build() {
         ..WorkloadSpec::default()
     };
     let mut b = spec.build(&Limits::default()).unwrap();
-    assert!(b.notes.iter().any(|n| n.contains("left out by the length filters")), "{:?}", b.notes);
+    assert!(
+        b.notes.iter().any(|n| matches!(n, WorkloadNote::FilteredOut(k) if *k > 0)),
+        "{:?}",
+        b.notes
+    );
     assert!(b.requests().unwrap().request(0).unwrap().input_tokens <= 50);
     // sessions: cycled when more are asked for than the file holds
     let spec = WorkloadSpec::sessions(

@@ -18,6 +18,8 @@ use quetta_report::{RunDir, RunManifest, Summary, Tool};
 use quetta_workload::spec::{Built, BuiltWork, Limits, WorkloadSpec};
 
 use crate::target::{Connected, Target};
+use quetta_report::Note;
+
 use crate::{Error, Load, Result};
 
 /// How a multi-turn workload's sessions behave beyond their pacing ([`Load`]).
@@ -185,7 +187,7 @@ pub(crate) struct Prepared {
     pub cfg: RunConfig,
     pub sessions: Option<SessionConfig>,
     pub load: Load,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
 }
 
 impl Benchmark {
@@ -306,21 +308,21 @@ impl Benchmark {
         let built = spec.build(&limits)?;
         let load = self.resolve_load(&built);
         self.check(&built, &load)?;
-        let mut notes = built.notes.clone();
+        let mut notes: Vec<Note> = built.notes.iter().cloned().map(Note::Workload).collect();
         let forced = self.ignore_eos || self.exact_output_length || self.workload.stress;
         let p = self.target.protocol;
         if forced && p.kind() == quetta_engine::RequestKind::Generate && !p.forces_lengths() {
-            notes.push(format!("the {p} protocol has no way to ask for an exact output length (no ignore_eos or minimum): answers may end early"));
+            notes.push(Note::NoExactOutputLength { protocol: p.to_string() });
         }
         let mut cfg = self.run_config();
         let sessions = if built.is_sessions() {
             Some(self.session_config(&built, &load, &mut cfg)?)
         } else {
             if built.has_recorded_times() && !matches!(load, Load::Recorded { .. }) {
-                notes.push("the trace's requests are sent on the given arrival process, not at their recorded times".into());
+                notes.push(Note::TraceOnArrivalProcess);
             }
             if matches!(load, Load::Recorded { .. }) && !self.workload_is_trace() {
-                notes.push("arrival gaps drawn from the distribution file".into());
+                notes.push(Note::DistributionGaps);
             }
             let n = self.requests.or(Some(DEFAULT_REQUESTS).filter(|_| self.duration.is_none()));
             cfg.dispatch = load.for_requests(built.recorded_offsets(n))?;
@@ -552,9 +554,7 @@ impl Benchmark {
         }
         if let Some(path) = &self.reset_prefix_cache {
             cfg.before_measured = Some(crate::telemetry::reset_hook(c, path));
-            notes.push(format!(
-                "the server's prefix cache was reset (POST {path}) before the measured phase"
-            ));
+            notes.push(Note::PrefixCacheReset { path: path.clone() });
         }
         if let Some(j) = &joined {
             let planned = cfg.shard_planned().ok().flatten();
@@ -589,10 +589,7 @@ impl Benchmark {
         notes.extend(c.notes.iter().cloned());
         if let Some(s) = self.target.sim_config().filter(|s| s.server_model.is_some()) {
             let m = s.server_model.as_ref().expect("filtered");
-            notes.push(format!(
-                "served live by the twin of {} ({}), not by the server itself (docs/SIMULATOR.md)",
-                m.server, m.model
-            ));
+            notes.push(Note::ServedByTwin { server: m.server.clone(), model: m.model.clone() });
         }
         let mut summary =
             crate::summary::assemble(self, &outcome, settings, target, notes, server, gpu);

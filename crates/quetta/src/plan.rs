@@ -100,7 +100,7 @@ pub struct Plan {
     pub exact: bool,
     pub sampled: usize,
     pub sessions: Option<SessionPlan>,
-    pub notes: Vec<String>,
+    pub notes: Vec<quetta_report::Note>,
 }
 
 impl Benchmark {
@@ -112,11 +112,7 @@ impl Benchmark {
         let shard = p.cfg.shard;
         if !shard.is_whole() {
             let (k, n) = (shard.index(), shard.count());
-            notes.push(format!(
-                "shard {shard}: requests {k}, {}, {}, … of the plan (after its warmup), sessions likewise; the schedule above is this shard's",
-                k + n,
-                k + 2 * n
-            ));
+            notes.push(quetta_report::Note::ShardOfPlan { index: k, count: n });
         }
         if let Some(sc) = &p.sessions {
             let sessions = session_plan(p.built.into_work(), sc);

@@ -19,6 +19,8 @@ use quetta_sim::model::ServerModel;
 use quetta_workload::spec::BuiltWork;
 use quetta_workload::{Workload, WorkloadError};
 
+use quetta_report::Note;
+
 use crate::{BenchReport, Benchmark, Error, Result, RunDir};
 
 /// One request of a prediction while it runs.
@@ -356,21 +358,13 @@ impl Benchmark {
             return Err(Error::Internal("a request workload built another kind of work"));
         };
         if cfg.warmup > 0 {
-            notes.push(format!(
-                "the {} warmup requests were not predicted (a twin has no cold start)",
-                cfg.warmup
-            ));
+            notes.push(Note::WarmupNotPredicted(cfg.warmup));
         }
-        notes.push(format!(
-            "predicted by the twin of {} ({}), not measured: {}{}",
-            model.server,
-            model.model,
-            "docs/SIMULATOR.md",
-            model.rechecked.map_or(String::new(), |r| format!(
-                "; the model was rechecked (quetta-probe recheck) at prefill ×{:.3} and decode ×{:.3} (its context terms ×{:.3}) of its calibration",
-                r.prefill_factor, r.decode_factor, r.context()
-            ))
-        ));
+        notes.push(Note::PredictedByTwin {
+            server: model.server.clone(),
+            model: model.model.clone(),
+            recheck: model.rechecked.map(|r| [r.prefill_factor, r.decode_factor, r.context()]),
+        });
         let started = Instant::now();
         let sim = simulate(model, &mut *work, pace, cfg.stream);
         let wall = started.elapsed();
@@ -379,7 +373,7 @@ impl Benchmark {
             None => None,
         };
         let outcome = outcome(&cfg, sim, dir.as_ref())?;
-        notes.push(format!("the prediction took {:.2} s", wall.as_secs_f64()));
+        notes.push(Note::PredictionTook { seconds: wall.as_secs_f64() });
         let target = crate::summary::predicted_target(&self, model);
         let manifest = quetta_report::RunManifest::new(
             &self.tool,

@@ -310,12 +310,7 @@ impl Joined {
         let (_, reports) = c.finish(grace).await;
         let mut opts = MergeOptions { overwrite, ..MergeOptions::default() };
         if !refused.is_empty() {
-            opts.notes.push(format!(
-                "shard 0 refused {} connection{} that did not join as a shard: {}",
-                refused.len(),
-                if refused.len() == 1 { "" } else { "s" },
-                refused.join("; ")
-            ));
+            opts.notes.push(quetta_report::Note::ShardsRefused(refused));
         }
         let mut dirs = Vec::new();
         for r in &reports {

@@ -1,7 +1,6 @@
 //! Putting a run's summary together: the settings it records, its target, and the notes a
 //! reader must see (each derived from the run's own figures).
 
-use quetta_engine::setting::Setting as S;
 use quetta_loadgen::{Pacing, RunConfig, RunOutcome, SessionConfig};
 use quetta_metrics::{GpuReport, MetricsSummary, ServerReport};
 use quetta_report::{
@@ -197,9 +196,9 @@ pub(crate) fn target(b: &Benchmark, c: &Connected) -> Target {
     }
 }
 
-/// The server's own timing beside the client's, in words (docs/METRICS.md): a clause for
-/// each figure the server gave.
-fn server_timing_note(st: &quetta_metrics::ServerTimingSummary, batched: bool) -> String {
+/// The server's own timing beside the client's (docs/METRICS.md): a clause for each figure
+/// the server gave.
+fn server_timing_note(st: &quetta_metrics::ServerTimingSummary, batched: bool) -> Note {
     let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3} ms"));
     let mut parts = Vec::new();
     if st.requests_with_prefill > 0 {
@@ -239,46 +238,35 @@ fn server_timing_note(st: &quetta_metrics::ServerTimingSummary, batched: bool) -
     .into_iter()
     .max()
     .unwrap_or(0);
-    format!(
-        "server-side timing (the server's own per-request timings, {n} requests): {}: the rest is queueing before the server, the network, any gateway and the client{}",
-        parts.join(", "),
-        if batched && st.requests_with_prefill > 0 { "; with concurrent requests the server's prompt time can cover a whole batch of prompts (llama.cpp), so the difference then understates the overhead" } else { "" }
-    )
+    Note::ServerTiming {
+        requests: n,
+        differences: parts,
+        batch_caveat: batched && st.requests_with_prefill > 0,
+    }
 }
 
 /// Notes the run's own figures call for.
 fn metric_notes(b: &Benchmark, m: &MetricsSummary, notes: &mut Vec<Note>) {
     if m.input_token_source == "planned" {
-        notes.push("input token counts are the planned lengths (the server reported no usage); synthetic prompts count words, an estimate of tokens".into());
+        notes.push(Note::InputTokensPlanned);
     }
     if let Some(d) = m.prompt_tokens_over_plan {
         if d.abs() >= 0.5 {
-            notes.push(Note::Text(if b.workload.tokenizer.is_some() {
-                format!(
-                    "the server counted {d:+.1} prompt tokens per request beyond the exact planned length: its chat template and special tokens{}",
-                    if b.workload.chat { "" } else { " (e.g. BOS)" }
-                )
-            } else {
-                format!("the server counted {d:+.1} prompt tokens per request beyond the planned (estimated) length; pass {} for exact lengths", S::Tokenizer)
-            }));
+            let (exact, chat) = (b.workload.tokenizer.is_some(), b.workload.chat);
+            notes.push(Note::PromptTokensOverPlan { per_request: d, exact, chat });
         }
     }
     // (an embedding or a ranking generates nothing: no output count, no stream to miss)
     let generates = b.target.request_kind().generates();
     if generates && (m.token_count_source == "chunks" || m.token_count_source == "mixed") {
-        notes.push("output token counts come (at least partly) from counting chunks: the server reported no usage".into());
+        notes.push(Note::OutputTokensFromChunks);
     }
     if generates && m.ttft_equals_e2e_for_non_streamed > 0 {
-        notes.push(Note::Text(format!(
-            "{} requests were not streamed: their TTFT equals their E2E and they have no ITL",
-            m.ttft_equals_e2e_for_non_streamed
-        )));
+        notes.push(Note::NotStreamed(m.ttft_equals_e2e_for_non_streamed));
     }
     if let Some(lag) = m.schedule_lag_ms.p99 {
         if lag > 1.0 {
-            notes.push(Note::Text(format!(
-                "the client fell behind its schedule: schedule lag p99 {lag:.3} ms"
-            )));
+            notes.push(Note::ScheduleLag { p99_ms: lag });
         }
     }
 }
@@ -315,11 +303,10 @@ pub(crate) fn assemble(
     o: &RunOutcome,
     config: RunSettings,
     target: Target,
-    notes: Vec<String>,
+    mut notes: Vec<Note>,
     server: Option<ServerReport>,
     gpu: (Option<GpuReport>, Option<String>),
 ) -> Summary {
-    let mut notes: Vec<Note> = notes.into_iter().map(Note::Text).collect();
     let mut metrics = o.aggregate.summary(&b.percentiles);
     metrics.client_overhead =
         metrics.client_overhead.clone().with_runner_busy(o.busy_s, metrics.duration_s);
@@ -327,13 +314,8 @@ pub(crate) fn assemble(
         notes.insert(0, Note::ClientPaced(w.clone()));
     }
     if let Some(st) = &metrics.server_timing {
-        notes.push(
-            server_timing_note(
-                st,
-                config.concurrency.unwrap_or(1) > 1 || config.request_rate.is_some(),
-            )
-            .into(),
-        );
+        let batched = config.concurrency.unwrap_or(1) > 1 || config.request_rate.is_some();
+        notes.push(server_timing_note(st, batched));
     }
     metric_notes(b, &metrics, &mut notes);
     let throttled = metrics.errors.get("throttled").copied().unwrap_or(0);
@@ -343,8 +325,8 @@ pub(crate) fn assemble(
         notes.insert(0, Note::Throttled { throttled, requests, retried });
     }
     run_notes(o, &mut notes);
-    if let Some(n) = gpu.1 {
-        notes.push(n.into());
+    if let Some(e) = gpu.1 {
+        notes.push(Note::GpuUnavailable(e));
     }
     if let Some(r) = server.as_ref().filter(|r| r.scrapes == 0) {
         let error = r.last_error.clone().unwrap_or_default();

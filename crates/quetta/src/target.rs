@@ -15,6 +15,8 @@ use quetta_sim::{SimConfig, Simulator};
 pub use quetta_protocols::{Options as ProtocolOptions, Protocol};
 
 use crate::preflight::{kserve_preflight, preflight_reason, preflight_request};
+use quetta_report::Note;
+
 use crate::{Error, Result, TargetError};
 
 /// What kind of endpoint a [`Target`] is.
@@ -373,16 +375,15 @@ impl Target {
                 let mut c = self.connect_http(&url, Some(model)).await?;
                 // a twin's timing is its model's (its own note says whose)
                 c.notes.push(match &cfg.server_model {
-                    Some(_) => "target is Quetta's embedded simulator serving a twin, not a real server; client CPU figures include it".into(),
-                    None if !self.protocol.kind().generates() => format!(
-                        "target is Quetta's embedded simulator (answering after {} ms), not a real server; client CPU figures include it",
-                        cfg.ttft.as_secs_f64() * 1e3
-                    ),
-                    None => format!(
-                        "target is Quetta's embedded simulator (TTFT {} ms, ITL {} ms), not a real server; client CPU figures include it",
-                        cfg.ttft.as_secs_f64() * 1e3,
-                        cfg.itl.as_secs_f64() * 1e3
-                    ),
+                    Some(_) => Note::EmbeddedTwin,
+                    None => Note::EmbeddedSimulator {
+                        ttft_ms: cfg.ttft.as_secs_f64() * 1e3,
+                        itl_ms: self
+                            .protocol
+                            .kind()
+                            .generates()
+                            .then_some(cfg.itl.as_secs_f64() * 1e3),
+                    },
                 });
                 c.embedded_simulator = true;
                 c.simulator = Some(Arc::new(sim));
@@ -530,7 +531,7 @@ impl Target {
         let mut notes = Vec::new();
         let engine: Arc<dyn Engine> = if matches!(self.kind, TargetKind::LiteLlm { .. }) {
             if !model.contains('/') && !listed {
-                notes.push(format!("LiteLLM: model {model:?} has no provider prefix (e.g. openai/gpt-4o); the proxy may route it by alias"));
+                notes.push(Note::LiteLlmNoProviderPrefix { model: model.clone() });
             }
             cfg.api = if self.protocol == Protocol::Completions {
                 quetta_openai::Api::Completions
@@ -571,7 +572,7 @@ impl Target {
         engine: Arc<dyn Engine>,
         model: String,
         base_url: String,
-        notes: Vec<String>,
+        notes: Vec<Note>,
     ) -> Connected {
         Connected {
             backend: engine.name().to_owned(),
@@ -604,10 +605,11 @@ impl Target {
             quetta_aws::SageMakerEngine::new(c).await.map_err(|e| adapter_error("SageMaker", e))?;
         let base = url
             .unwrap_or_else(|| format!("https://runtime.sagemaker.{}.amazonaws.com", e.region()));
-        let note = format!(
-            "SageMaker endpoint {name} in {} ({payload} payload); requests signed with SigV4, credentials from the AWS chain refreshed before expiry",
-            e.region()
-        );
+        let note = Note::SageMaker {
+            endpoint: name.clone(),
+            region: e.region().to_string(),
+            payload: payload.to_string(),
+        };
         Ok(self.managed(Arc::new(e), model, format!("{base}/endpoints/{name}"), vec![note]))
     }
 
@@ -631,11 +633,12 @@ impl Target {
             Some(f) => format!("the {} family's own body", f.name),
             None => "Converse's body".into(),
         };
-        let notes = vec![format!(
-            "Bedrock {model} in {} ({} API, {body}); requests signed with SigV4, credentials from the AWS chain refreshed before expiry",
-            e.region(),
-            api.name()
-        )];
+        let notes = vec![Note::Bedrock {
+            model: model.clone(),
+            region: e.region().to_string(),
+            api: api.name().to_string(),
+            body,
+        }];
         let base = e.base_url().to_owned();
         if self.preflight {
             preflight_request(&e, &base, Protocol::Chat, &self.headers, false).await?;
@@ -673,12 +676,13 @@ impl Target {
             (c.location.clone(), c.model.clone(), c.api == VertexApi::Predict);
         let e =
             quetta_vertex::VertexEngine::new(c).await.map_err(|e| adapter_error("Vertex AI", e))?;
-        let mut notes = vec![format!(
-            "Vertex AI ({api} API, {location}); access tokens from {}, refreshed before expiry",
-            e.credentials_source()
-        )];
+        let mut notes = vec![Note::Vertex {
+            api: api.to_string(),
+            location,
+            credentials: e.credentials_source().to_string(),
+        }];
         if predict {
-            notes.push("Vertex predict is not streamed: TTFT equals E2E, and no inter-token latency is reported".into());
+            notes.push(Note::VertexPredictNotStreamed);
         }
         Ok(self.managed(Arc::new(e), model, base, notes))
     }
@@ -707,7 +711,7 @@ pub struct Connected {
     pub protocol: Protocol,
     pub embedded_simulator: bool,
     /// What a reader of the results must know about the target.
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     pub simulator: Option<Arc<Simulator>>,
     api_key: Option<ApiKey>,
     insecure: bool,

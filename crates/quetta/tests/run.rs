@@ -29,6 +29,10 @@ fn the_default_benchmark_against_the_embedded_simulator() {
     let tpot = s.metrics.tpot_ms.mean.unwrap();
     assert!((4.9..5.2).contains(&tpot), "TPOT mean {tpot}");
     assert!(s.target.embedded_simulator);
+    // notes are values (the target's here), their words what summary.json holds
+    let sim = quetta::report::Note::EmbeddedSimulator { ttft_ms: 20.0, itl_ms: Some(5.0) };
+    assert!(s.notes.contains(&sim), "{:?}", s.notes);
+    assert!(sim.to_string().starts_with("target is Quetta's embedded simulator (TTFT 20 ms"));
     // an embedder that names no tool of its own: the library wrote the run
     assert_eq!((s.tool.as_str(), s.tool_version.as_str()), ("quetta", env!("CARGO_PKG_VERSION")));
     assert_eq!(json(&d.join("run.json"))["tool"], "quetta");
@@ -373,6 +377,6 @@ fn a_fitted_distribution_gives_lengths_and_gaps() {
     };
     let plan = rt().block_on(Benchmark::new(sim(1, 1)).workload(w).requests(20).plan()).unwrap();
     assert_eq!(plan.offsets.as_ref().unwrap().len(), 20, "gaps drawn from the file");
-    assert!(plan.notes.iter().any(|n| n.contains("distribution file")), "{:?}", plan.notes);
+    assert!(plan.notes.contains(&quetta::report::Note::DistributionGaps), "{:?}", plan.notes);
     let _ = std::fs::remove_file(&f);
 }
