@@ -98,7 +98,7 @@ pub struct CompareReport {
     /// Significant slow-downs (beyond the threshold, when one was given), e.g. `e2e_ms +21.3%`.
     pub regressions: Vec<String>,
     pub baseline_stale: bool,
-    pub notes: Vec<String>,
+    pub notes: Vec<crate::Note>,
     /// The threshold of `fail_on_regression`, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression_threshold: Option<f64>,
@@ -448,24 +448,17 @@ impl CompareSide {
 }
 
 /// Where vLLM's definitions differ from Quetta's, for a comparison with a vLLM side.
-fn vllm_notes(sides: [&CompareSide; 2]) -> Vec<String> {
+fn vllm_notes(sides: [&CompareSide; 2]) -> Vec<crate::Note> {
     let mut notes = Vec::new();
     if sides.iter().all(|s| s.vllm.is_none()) {
         return notes;
     }
-    let which = |s: &CompareSide| s.vllm.is_some();
-    let named = match (which(sides[0]), which(sides[1])) {
-        (true, true) => "both sides are vLLM result files",
-        (true, false) => "the baseline is a vLLM result file",
-        _ => "the candidate is a vLLM result file",
-    };
-    notes.push(format!(
-        "{named}: its settings, machine and engine are not in the file, so they are not compared"
-    ));
-    notes.push("where vllm bench serve wrote the file (not Quetta's export in vLLM's format): vLLM's TTFT and E2E count from before its HTTP call (connection setup and its event loop included) and are stamped after a chunk is read and decoded; Quetta's count from the request's first byte written and are stamped when the bytes arrived: expect vLLM's to be higher by its client's overhead, not the server's".into());
-    notes.push("itl_request_mean_ms is each request's mean gap on both sides; vLLM's own mean_itl_ms pools every gap (Quetta's itl_ms) and its TPOT counts output tokens by its own tokenizer, Quetta's from the server's usage".into());
+    let (baseline, candidate) = (sides[0].vllm.is_some(), sides[1].vllm.is_some());
+    notes.push(crate::Note::VllmFile { baseline, candidate });
+    notes.push(crate::Note::VllmClock);
+    notes.push(crate::Note::VllmItl);
     if sides.iter().any(|s| s.vllm.as_ref().is_some_and(|v| !v.had_latencies)) {
-        notes.push("a vLLM file without per-request latencies: its E2E is TTFT + the sum of its inter-token gaps".into());
+        notes.push(crate::Note::VllmNoLatencies);
     }
     notes
 }
@@ -487,24 +480,33 @@ fn config_diff(a: &RunSettings, b: &RunSettings) -> Vec<String> {
 }
 
 /// What differs between the runs besides the settings: machines, engines, models, age.
-fn context_notes(b: &CompareSide, c: &CompareSide, opts: &CompareOptions) -> (Vec<String>, bool) {
+fn context_notes(
+    b: &CompareSide,
+    c: &CompareSide,
+    opts: &CompareOptions,
+) -> (Vec<crate::Note>, bool) {
     let mut notes = vllm_notes([b, c]);
     if let (Some(bs), Some(cs)) = (&b.summary, &c.summary) {
         if let (Some(a), Some(b)) = (&bs.client.host, &cs.client.host) {
             if a != b {
-                notes.push(format!(
-                    "measured from different machines: {} ({}) vs {} ({})",
-                    a.hostname, a.cpu_model, b.hostname, b.cpu_model
-                ));
+                notes.push(crate::Note::DifferentMachines {
+                    baseline: format!("{} ({})", a.hostname, a.cpu_model),
+                    candidate: format!("{} ({})", b.hostname, b.cpu_model),
+                });
             }
         }
         if bs.target.backend != cs.target.backend {
-            notes
-                .push(format!("different engines: {} vs {}", bs.target.backend, cs.target.backend));
+            notes.push(crate::Note::DifferentEngines {
+                baseline: bs.target.backend.clone(),
+                candidate: cs.target.backend.clone(),
+            });
         }
     }
     if b.model() != c.model() {
-        notes.push(format!("different models: {} vs {}", b.model(), c.model()));
+        notes.push(crate::Note::DifferentModels {
+            baseline: b.model().to_string(),
+            candidate: c.model().to_string(),
+        });
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -512,11 +514,10 @@ fn context_notes(b: &CompareSide, c: &CompareSide, opts: &CompareOptions) -> (Ve
     let age = crate::unix_of(&b.started_at()).map(|t| now.saturating_sub(t));
     let stale = age.is_some_and(|x| x > opts.max_baseline_age.as_secs());
     if stale {
-        notes.push(format!(
-            "the baseline is stale: {} days old (older than {} days)",
-            age.unwrap_or(0) / 86_400,
-            opts.max_baseline_age.as_secs() / 86_400
-        ));
+        notes.push(crate::Note::StaleBaseline {
+            days: age.unwrap_or(0) / 86_400,
+            max_days: opts.max_baseline_age.as_secs() / 86_400,
+        });
     }
     (notes, stale)
 }
@@ -574,7 +575,7 @@ pub fn compare_sides(
     }
     let (mut notes, stale) = context_notes(b, c, opts);
     if !diff.is_empty() {
-        notes.insert(0, format!("the runs' settings differ: {}", diff.join("; ")));
+        notes.insert(0, crate::Note::SettingsDiffer(diff));
     }
     let mut metrics = Vec::new();
     let mut regressions = Vec::new();

@@ -607,7 +607,7 @@ fn sweep_body(s: &mut String, sw: &SweepData) {
     let _ = write!(s, "<tr><td>SLOs</td><td>{}</td></tr>", esc(&slo));
     let _ = write!(s, "<tr><td>errors</td><td>{}</td></tr></table>", sw.sweep.total_errors);
     for n in &sw.sweep.notes {
-        let _ = write!(s, "<p class=\"note\">{}</p>", esc(n));
+        let _ = write!(s, "<p class=\"note\">{}</p>", esc(&n.to_string()));
     }
     s.push_str("<h2>Sweep</h2><table><tr>");
     for h in std::iter::once(kind).chain(sw.sweep.columns().iter().map(|c| c.0)) {

@@ -127,6 +127,39 @@ pub enum Note {
     TornRecord,
     /// A rebuilt run knows nothing of the client's CPU and memory.
     ClientUnknown,
+    /// A rate sweep's top: the throughput its max-throughput step reached.
+    MaxThroughput { concurrency: usize, req_per_s: f64 },
+    /// A sweep stopped after `done` of its `of` steps.
+    StoppedAfterSteps { done: usize, of: usize },
+    /// An SLO search stopped after `probes` probes.
+    StoppedAfterProbes(usize),
+    /// Some probes could not send at their rate: the answer may be the client's limit.
+    ProbesClientLimited,
+    /// Some probes failed on errors (more than `max_error_pct` % of their requests).
+    ProbesFailedOnErrors { max_error_pct: f64 },
+    /// Every probe up to `up_to` passed: the answer is a lower bound.
+    EveryProbePassed { up_to: f64 },
+    /// The first probe (at `start`) already failed.
+    FirstProbeFailed { start: f64 },
+    /// Two compared runs' settings differ: `setting: baseline -> candidate`, each.
+    SettingsDiffer(Vec<String>),
+    /// A compared side is a vLLM result file, which holds no settings, machine or engine
+    /// (`baseline`, `candidate`: which sides are).
+    VllmFile { baseline: bool, candidate: bool },
+    /// vLLM's client clocks its latencies otherwise than Quetta.
+    VllmClock,
+    /// vLLM pools its inter-token gaps and counts tokens by its own tokenizer.
+    VllmItl,
+    /// A vLLM file without per-request latencies.
+    VllmNoLatencies,
+    /// The compared runs were measured from different machines (hostname and CPU each).
+    DifferentMachines { baseline: String, candidate: String },
+    /// The compared runs measured different engines.
+    DifferentEngines { baseline: String, candidate: String },
+    /// The compared runs asked for different models.
+    DifferentModels { baseline: String, candidate: String },
+    /// The baseline is older than the limit.
+    StaleBaseline { days: u64, max_days: u64 },
     /// Any other note, in its words.
     Text(String),
 }
@@ -245,6 +278,29 @@ impl fmt::Display for Note {
             Note::Rebuilt { records } => write!(f, "rebuilt from {records} records in requests.jsonl: the run did not finish (no summary.json)"),
             Note::TornRecord => f.write_str("the last line of requests.jsonl was cut off mid-write and was left out"),
             Note::ClientUnknown => f.write_str("client CPU and memory are unknown for a rebuilt run"),
+            Note::MaxThroughput { concurrency, req_per_s } => write!(f, "maximum throughput at concurrency {concurrency}: {req_per_s:.3} req/s"),
+            Note::StoppedAfterSteps { done, of } => write!(f, "stopped after {done} of {of} steps"),
+            Note::StoppedAfterProbes(n) => write!(f, "stopped after {n} probes"),
+            Note::ProbesClientLimited => f.write_str("some probes were limited by the client (it could not send at the requested rate): the answer may be the client's limit, not the server's"),
+            Note::ProbesFailedOnErrors { max_error_pct } => write!(f, "some probes failed on errors (more than {max_error_pct:.1}% of requests failed)"),
+            Note::EveryProbePassed { up_to } => write!(f, "every probe up to {up_to} passed: the answer is a lower bound"),
+            Note::FirstProbeFailed { start } => write!(f, "the first probe ({start}) already failed: lower {}", Setting::SearchStart),
+            Note::SettingsDiffer(diff) => write!(f, "the runs' settings differ: {}", diff.join("; ")),
+            Note::VllmFile { baseline, candidate } => {
+                let named = match (baseline, candidate) {
+                    (true, true) => "both sides are vLLM result files",
+                    (true, false) => "the baseline is a vLLM result file",
+                    _ => "the candidate is a vLLM result file",
+                };
+                write!(f, "{named}: its settings, machine and engine are not in the file, so they are not compared")
+            }
+            Note::VllmClock => f.write_str("where vllm bench serve wrote the file (not Quetta's export in vLLM's format): vLLM's TTFT and E2E count from before its HTTP call (connection setup and its event loop included) and are stamped after a chunk is read and decoded; Quetta's count from the request's first byte written and are stamped when the bytes arrived: expect vLLM's to be higher by its client's overhead, not the server's"),
+            Note::VllmItl => f.write_str("itl_request_mean_ms is each request's mean gap on both sides; vLLM's own mean_itl_ms pools every gap (Quetta's itl_ms) and its TPOT counts output tokens by its own tokenizer, Quetta's from the server's usage"),
+            Note::VllmNoLatencies => f.write_str("a vLLM file without per-request latencies: its E2E is TTFT + the sum of its inter-token gaps"),
+            Note::DifferentMachines { baseline, candidate } => write!(f, "measured from different machines: {baseline} vs {candidate}"),
+            Note::DifferentEngines { baseline, candidate } => write!(f, "different engines: {baseline} vs {candidate}"),
+            Note::DifferentModels { baseline, candidate } => write!(f, "different models: {baseline} vs {candidate}"),
+            Note::StaleBaseline { days, max_days } => write!(f, "the baseline is stale: {days} days old (older than {max_days} days)"),
             Note::Text(t) => f.write_str(t),
         }
     }

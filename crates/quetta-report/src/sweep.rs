@@ -181,7 +181,7 @@ pub struct SweepReport {
     pub total_errors: u64,
     /// Whether every step sent the same prompts.
     pub prompts: String,
-    pub notes: Vec<String>,
+    pub notes: Vec<crate::Note>,
     /// Why the sweep stopped before its last step: a step's workload ended on an error
     /// (the step is the last row); the sweep failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,7 +195,7 @@ impl SweepReport {
         kind: SweepKind,
         steps: Vec<SweepStep>,
         same_prompts: bool,
-        notes: Vec<String>,
+        notes: Vec<crate::Note>,
     ) -> Self {
         let peak = steps
             .iter()
@@ -321,7 +321,7 @@ pub struct SloReport {
     /// search failed).
     pub first_failing: Option<f64>,
     pub probes: Vec<SloProbe>,
-    pub notes: Vec<String>,
+    pub notes: Vec<crate::Note>,
     /// Why the search failed before it had an answer: a probe's workload ended on an error
     /// (the probe is the last row).
     #[serde(default, skip_serializing_if = "Option::is_none")]

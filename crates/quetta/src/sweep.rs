@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use quetta_engine::setting::Setting as S;
 use quetta_metrics::SloSet;
-use quetta_report::{RunDir, SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
+use quetta_report::{Note, RunDir, SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 
 use crate::target::Connected;
 use crate::{BenchReport, Benchmark, Error, Load, Result};
@@ -202,7 +202,7 @@ impl Sweep {
         &self,
         c: &Connected,
         out: &mut OutDir,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<Note>,
         failed: &mut Option<String>,
     ) -> Result<Vec<f64>> {
         match &self.steps {
@@ -222,9 +222,7 @@ impl Sweep {
                     .ok_or_else(|| Error::NothingCompleted {
                         step: format!("the max-throughput step (concurrency {concurrency})"),
                     })?;
-                notes.push(format!(
-                    "maximum throughput at concurrency {concurrency}: {max:.3} req/s"
-                ));
+                notes.push(Note::MaxThroughput { concurrency: *concurrency, req_per_s: max });
                 let n = (*steps).max(1);
                 Ok((1..=n).map(|i| (max * i as f64 / n as f64 * 1000.0).round() / 1000.0).collect())
             }
@@ -256,7 +254,7 @@ impl Sweep {
         let mut steps = Vec::new();
         for (i, v) in values.iter().enumerate() {
             if self.base.control.stopped() {
-                notes.push(format!("stopped after {i} of {} steps", values.len()));
+                notes.push(Note::StoppedAfterSteps { done: i, of: values.len() });
                 break;
             }
             self.say(Step::Sweep { index: i + 1, of: values.len(), kind, value: *v });
@@ -537,29 +535,19 @@ impl SloSearch {
         let limited = |l: &str| probes.iter().any(|p| p.limited_by.as_deref() == Some(l));
         let mut notes = Vec::new();
         if limited("client") {
-            notes.push("some probes were limited by the client (it could not send at the requested rate): the answer may be the client's limit, not the server's".to_owned());
+            notes.push(Note::ProbesClientLimited);
         }
         if limited("errors") {
-            notes.push(format!(
-                "some probes failed on errors (more than {:.1}% of requests failed)",
-                self.max_error_rate * 100.0
-            ));
+            notes.push(Note::ProbesFailedOnErrors { max_error_pct: self.max_error_rate * 100.0 });
         }
         if hi.is_none() && failed.is_none() {
-            notes.push(format!(
-                "every probe up to {} passed: the answer is a lower bound",
-                lo.unwrap_or(self.max)
-            ));
+            notes.push(Note::EveryProbePassed { up_to: lo.unwrap_or(self.max) });
         }
         if lo.is_none() && failed.is_none() {
-            notes.push(format!(
-                "the first probe ({}) already failed: lower {}",
-                self.start,
-                S::SearchStart
-            ));
+            notes.push(Note::FirstProbeFailed { start: self.start });
         }
         if self.base.control.stopped() {
-            notes.push(format!("stopped after {} probes", probes.len()));
+            notes.push(Note::StoppedAfterProbes(probes.len()));
         }
         SloReport {
             schema_version: 1,
