@@ -203,8 +203,7 @@ async fn context(c: &Common) -> Result<ProbeContext> {
                 .unwrap_or_else(|| format!("{}/metrics", c.base_url.trim_end_matches('/'))),
         ),
         seed: c.seed,
-        tool: "quetta-probe".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
+        tool: quetta::Tool::new("quetta-probe", env!("CARGO_PKG_VERSION")),
     })
 }
 

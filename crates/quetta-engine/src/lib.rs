@@ -33,6 +33,7 @@
 pub mod setting;
 pub mod stream;
 pub mod testing;
+pub mod tool;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -36,9 +36,8 @@ pub struct ProbeContext {
     /// The server's Prometheus endpoint, for probes that compare with the server's view.
     pub metrics_url: Option<String>,
     pub seed: u64,
-    /// The program running the probes and its version, named in every `meta.json`.
-    pub tool: String,
-    pub tool_version: String,
+    /// The program running the probes, named in every `meta.json`.
+    pub tool: quetta_engine::tool::Tool,
 }
 
 impl std::fmt::Debug for ProbeContext {
@@ -722,8 +721,8 @@ pub fn write(
         findings: out.findings.clone(),
         server: MetaServer { base_url: ctx.base_url.clone(), kind: server_kind.to_owned() },
         model: ctx.model.clone(),
-        tool: ctx.tool.clone(),
-        tool_version: ctx.tool_version.clone(),
+        tool: ctx.tool.name.clone(),
+        tool_version: ctx.tool.version.clone(),
         time_unix_s: now,
         host: MetaHost {
             name: host,

@@ -53,37 +53,7 @@ pub struct RunManifest {
     pub shard: Option<crate::summary::ShardRun>,
 }
 
-/// The program that wrote a run: `tool` and `tool_version` of `run.json` and
-/// `summary.json`, given by whoever runs the benchmark (`quetta-bench`, or an embedder's own
-/// program; [`Tool::library`] when it names none).
-///
-/// ```
-/// let t = quetta_report::Tool::new("my-harness", "2.1.0");
-/// assert_eq!((t.name.as_str(), t.version.as_str()), ("my-harness", "2.1.0"));
-/// assert_eq!(quetta_report::Tool::default().name, "quetta");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tool {
-    pub name: String,
-    pub version: String,
-}
-
-impl Tool {
-    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
-        Self { name: name.into(), version: version.into() }
-    }
-
-    /// The Quetta library itself, at this version.
-    pub fn library() -> Self {
-        Self::new("quetta", env!("CARGO_PKG_VERSION"))
-    }
-}
-
-impl Default for Tool {
-    fn default() -> Self {
-        Self::library()
-    }
-}
+pub use quetta_engine::tool::Tool;
 
 impl RunManifest {
     /// A manifest stamped now by `tool`.
