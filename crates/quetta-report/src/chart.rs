@@ -29,13 +29,29 @@ pub const COLOURS: [(u8, u8, u8); 6] =
 
 /// "Nice" tick values covering [lo, hi].
 pub fn ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    ticks_of(lo, hi, n, false)
+}
+
+/// [`ticks`] on an axis of whole numbers (concurrencies, counts): whole-number steps only,
+/// so no tick falls between two values the axis can take.
+pub fn whole_ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    ticks_of(lo, hi, n, true)
+}
+
+fn ticks_of(lo: f64, hi: f64, n: usize, whole: bool) -> Vec<f64> {
     if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return vec![lo];
     }
     let raw = (hi - lo) / n.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
-    let step =
-        [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(raw);
+    let fits = |s: &f64| !whole || (*s >= 1.0 - 1e-9 && (s - s.round()).abs() < 1e-9);
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .filter(fits)
+        .map(|s| if whole { s.round() } else { s })
+        .find(|s| *s >= raw)
+        .unwrap_or(if whole { raw.ceil().max(1.0) } else { raw });
     let start = (lo / step).floor() * step;
     let mut v = Vec::new();
     let mut t = start;
@@ -152,6 +168,8 @@ const CHAR_W: f64 = 6.4;
 
 impl Layout {
     pub fn new(c: &Chart, w: f64, h: f64) -> Self {
+        // an axis of whole numbers (a sweep's concurrencies) gets whole ticks
+        let whole_x = c.series.iter().flat_map(|s| s.points.iter()).all(|p| p.0.fract() == 0.0);
         let pts = c.series.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, f64::MIN);
         for &(x, y) in pts {
@@ -194,7 +212,7 @@ impl Layout {
             area: (left, top, right, h - 46.0),
             x: (x0, x1),
             y: (y0, y1),
-            x_ticks: ticks(x0, x1, 6),
+            x_ticks: if whole_x { whole_ticks(x0, x1, 6) } else { ticks(x0, x1, 6) },
             y_ticks,
             legend,
         }
@@ -323,6 +341,11 @@ mod tests {
         assert_eq!(t[1], 2.0);
         assert_eq!(tick_label(2.5), "2.5");
         assert_eq!(tick_label(1500.0), "1500");
+        // concurrencies 1 to 4: whole steps, not 0.5
+        assert_eq!(ticks(1.0, 4.0, 6), vec![1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]);
+        assert_eq!(whole_ticks(1.0, 4.0, 6), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(whole_ticks(1.0, 64.0, 6), ticks(1.0, 64.0, 6));
+        assert_eq!(whole_ticks(0.0, 2.0, 6), vec![0.0, 1.0, 2.0]);
     }
 
     #[test]
