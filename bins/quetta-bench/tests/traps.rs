@@ -292,25 +292,30 @@ fn ctrl_c_stops_the_whole_sweep_and_exits_130_with_partial_marks() {
 
 #[test]
 fn a_second_ctrl_c_quits_at_once() {
-    // requests that take 30 s each: the first Ctrl-C waits for them (drain timeout 60 s)
+    // a server that reads each request and never answers: the first Ctrl-C waits for the
+    // requests in flight (drain timeout 60 s), the second must not
+    let (url, arrived) = silent_server();
     let d = tmpdir("twice");
     let child = spawn(&[
         "run",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--no-preflight",
         "--num-requests",
         "4",
         "--concurrency",
         "4",
-        "--sim-ttft-ms",
-        "30000",
         "--drain-timeout",
         "60",
         "--output-dir",
         d.to_str().unwrap(),
     ]);
-    // the handler is in place once run.json is written (before the first request)
-    wait_for(&d.join("run.json"), Instant::now());
-    // (the four requests are sent at once; the first Ctrl-C must find them in flight)
-    std::thread::sleep(Duration::from_millis(300));
+    // the first Ctrl-C once the server holds all four requests
+    for k in 0..4 {
+        arrived.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("request {k}"));
+    }
     let mut child = child;
     let err = std::io::BufReader::new(child.stderr.take().unwrap());
     interrupt(&child);
@@ -335,6 +340,39 @@ fn a_second_ctrl_c_quits_at_once() {
     assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(5), "quit at once, not after the drain");
     assert!(err.contains("interrupted twice"), "{err}");
+}
+
+/// An HTTP/1.1 server on 127.0.0.1 that reads each request whole, says so on the channel,
+/// and never answers (the connection stays open until the client closes it).
+fn silent_server() -> (String, std::sync::mpsc::Receiver<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming() {
+            let Ok(s) = s else { continue };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut body = vec![0; len];
+            if r.read_exact(&mut body).is_ok() {
+                let _ = tx.send(());
+            }
+            held.push(s);
+        }
+    });
+    (url, rx)
 }
 
 /// A one-route-per-answer HTTP/1.1 server on 127.0.0.1: `answer(method, path, headers)`
