@@ -593,12 +593,8 @@ impl Benchmark {
         }
         let mut summary =
             crate::summary::assemble(self, &outcome, settings, target, notes, server, gpu);
-        if self
-            .target
-            .sim_config()
-            .is_some_and(|s| s.server_model.is_some() && s.token_counter.is_none())
-        {
-            summary.notes.insert(0, quetta_report::Note::TwinCountsWords);
+        if let Some(w) = self.target.sim_config().and_then(crate::twin::counting_warning) {
+            summary.notes.insert(0, w);
         }
         if let Some(r) = shard_run.as_mut() {
             crate::shard::record_start(

@@ -41,13 +41,20 @@ impl Twin {
     /// model was calibrated in the server's tokens, so its prompts look shorter than the
     /// server's and its prefill too fast. `None` with a tokenizer.
     pub fn counting_warning(&self) -> Option<quetta_report::Note> {
-        self.token_counter.is_none().then_some(quetta_report::Note::TwinCountsWords)
+        counting_warning(&self.sim_config(SimConfig::default()))
     }
 
     /// A target served by this twin live.
     pub fn target(&self) -> Target {
         Target::simulator(self.sim_config(SimConfig::default()))
     }
+}
+
+/// [`Twin::counting_warning`] of the simulator `cfg` describes (`None` for one that serves
+/// no twin): the one place that decides it, for the binaries' banner and the run's notes.
+pub(crate) fn counting_warning(cfg: &SimConfig) -> Option<quetta_report::Note> {
+    (cfg.server_model.is_some() && cfg.token_counter.is_none())
+        .then_some(quetta_report::Note::TwinCountsWords)
 }
 
 /// A prompt-token counter backed by a real tokenizer (a `tokenizer.json` path or a known id).
