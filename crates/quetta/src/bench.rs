@@ -581,9 +581,12 @@ impl Benchmark {
         } {
             sinks.push(sink);
         }
-        if !sinks.is_empty() {
-            runner = runner.sink(Box::new(crate::shard::Tee(sinks)));
-        }
+        // one sink goes in as it is; a shard's local copy and its stream to shard 0 share a tee
+        runner = match sinks.len() {
+            0 => runner,
+            1 => runner.sink(sinks.remove(0)),
+            _ => runner.sink(Box::new(crate::shard::Tee(sinks))),
+        };
         let outcome: RunOutcome = runner.run(work).await?;
         let (server, gpu) = telemetry.finish().await;
         notes.extend(c.notes.iter().cloned());
