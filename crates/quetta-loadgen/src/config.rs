@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use quetta_engine::setting::Setting;
 use quetta_engine::{EngineRequest, RequestParams, Timeouts};
 use quetta_metrics::SloSet;
 use quetta_workload::arrival::{Arrival, Schedule};
@@ -148,16 +149,21 @@ impl RunConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), RunError> {
-        let bad = |m: &str| Err(RunError::Config(m.to_owned()));
+        let bad = |s: Setting, m: &str| Err(RunError::invalid(s, m));
         match self.dispatch {
-            Dispatch::Closed { concurrency: 0 } => return bad("concurrency must be at least 1"),
+            Dispatch::Closed { concurrency: 0 } => {
+                return bad(Setting::Concurrency, "concurrency must be at least 1")
+            }
             Dispatch::Open { rate, .. } if !(rate.is_finite() && rate > 0.0) => {
-                return bad("request rate must be a positive number of requests per second")
+                return bad(
+                    Setting::RequestRate,
+                    "request rate must be a positive number of requests per second",
+                )
             }
             _ => {}
         }
         if self.dispatch.max_concurrency() == Some(0) {
-            return bad("max concurrency must be at least 1");
+            return bad(Setting::MaxConcurrency, "max concurrency must be at least 1");
         }
         let split = match self.dispatch {
             Dispatch::Closed { concurrency } => self.shard.check_split("concurrency", concurrency),
@@ -166,17 +172,17 @@ impl RunConfig {
                 None => Ok(()),
             },
         };
-        split.map_err(|e| RunError::Config(e.to_string()))?;
+        split?;
         // A replay brings its own count; other loads need a count or a duration.
         let scheduled = matches!(self.dispatch, Dispatch::Scheduled { .. });
         if !scheduled && self.num_requests.is_none() && self.duration.is_none() {
-            return bad("give a number of requests or a duration");
+            return Err(RunError::Unbounded { what: "requests" });
         }
         if self.num_requests == Some(0) {
-            return bad("number of requests must be at least 1");
+            return bad(Setting::NumRequests, "number of requests must be at least 1");
         }
         if self.duration.is_some_and(|d| d.is_zero()) {
-            return bad("duration must be positive");
+            return bad(Setting::Duration, "duration must be positive");
         }
         Ok(())
     }
@@ -254,12 +260,13 @@ pub(crate) fn arrival_offsets(
     n: Option<u64>,
     duration: Option<Duration>,
 ) -> Result<Vec<Duration>, RunError> {
-    let sched = Schedule::new(arrival, rate, seed).map_err(|e| RunError::Config(e.to_string()))?;
+    let sched = Schedule::new(arrival, rate, seed)
+        .map_err(|e| RunError::invalid(Setting::RequestRate, e.to_string()))?;
     Ok(match (n, duration) {
         (Some(n), Some(d)) => sched.take_n(n).into_iter().take_while(|o| *o < d).collect(),
         (Some(n), None) => sched.take_n(n),
         (None, Some(d)) => sched.until(d),
-        (None, None) => return Err(RunError::Config("give a number or a duration".into())),
+        (None, None) => return Err(RunError::Unbounded { what: "requests" }),
     })
 }
 
@@ -269,6 +276,24 @@ mod tests {
 
     fn ms(v: &[u64]) -> Vec<Duration> {
         v.iter().map(|&m| Duration::from_millis(m)).collect()
+    }
+
+    #[test]
+    fn a_refused_configuration_names_its_setting() {
+        let invalid = |c: &RunConfig| match c.validate() {
+            Err(RunError::Invalid { setting, .. }) => Some(setting),
+            _ => None,
+        };
+        assert_eq!(invalid(&RunConfig::closed(0, 10)), Some(Setting::Concurrency));
+        let mut c = RunConfig::closed(2, 10);
+        c.duration = Some(Duration::ZERO);
+        assert_eq!(invalid(&c), Some(Setting::Duration));
+        c = RunConfig::closed(4, 10);
+        c.num_requests = None;
+        assert_eq!(c.validate(), Err(RunError::Unbounded { what: "requests" }));
+        c = RunConfig::closed(1, 10);
+        c.shard = "0/2".parse().unwrap();
+        assert!(matches!(c.validate(), Err(RunError::Split(_))), "{:?}", c.validate());
     }
 
     #[test]

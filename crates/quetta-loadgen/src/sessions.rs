@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use quetta_engine::setting::Setting;
 use quetta_engine::Prompt;
 use quetta_metrics::Observation;
 use quetta_workload::arrival::Arrival;
@@ -535,7 +536,7 @@ pub(crate) async fn run(
         Pacing::Scheduled { offsets } => open(&ph, shard.pick(cfg.warmup, &offsets)).await,
         Pacing::Open { rate, arrival } => {
             if count.is_none() && cfg.duration.is_none() {
-                return Err(RunError::Config("give a number of sessions or a duration".into()));
+                return Err(RunError::Unbounded { what: "sessions" });
             }
             let offsets = arrival_offsets(arrival, rate, cfg.seed, count, cfg.duration)?;
             open(&ph, shard.pick(cfg.warmup, &offsets)).await;
@@ -562,18 +563,24 @@ pub(crate) async fn run(
 }
 
 fn validate(cfg: &RunConfig, sc: &SessionConfig) -> Result<(), RunError> {
-    let bad = |m: &str| Err(RunError::Config(m.to_owned()));
+    let bad = |s: Setting, m: &str| Err(RunError::invalid(s, m));
     match &sc.pacing {
         Pacing::PerSession { sessions: 0 } | Pacing::Interleaved { sessions: 0 } => {
-            return bad("the number of concurrent sessions must be at least 1")
+            return bad(
+                Setting::SessionConcurrency,
+                "the number of concurrent sessions must be at least 1",
+            )
         }
         Pacing::Open { rate, .. } if !(rate.is_finite() && *rate > 0.0) => {
-            return bad("session rate must be a positive number of sessions per second")
+            return bad(
+                Setting::SessionRate,
+                "session rate must be a positive number of sessions per second",
+            )
         }
         _ => {}
     }
     if sc.max_concurrency == Some(0) {
-        return bad("max concurrency must be at least 1");
+        return bad(Setting::MaxConcurrency, "max concurrency must be at least 1");
     }
     let split = match &sc.pacing {
         Pacing::PerSession { sessions } | Pacing::Interleaved { sessions } => {
@@ -582,10 +589,9 @@ fn validate(cfg: &RunConfig, sc: &SessionConfig) -> Result<(), RunError> {
         _ => Ok(()),
     };
     split
-        .and(sc.max_concurrency.map_or(Ok(()), |c| cfg.shard.check_split("max concurrency", c)))
-        .map_err(|e| RunError::Config(e.to_string()))?;
+        .and(sc.max_concurrency.map_or(Ok(()), |c| cfg.shard.check_split("max concurrency", c)))?;
     if sc.num_sessions == Some(0) || cfg.num_requests == Some(0) {
-        return bad("the number of sessions and of requests must be at least 1");
+        return bad(Setting::Sessions, "the number of sessions and of requests must be at least 1");
     }
     Ok(())
 }
