@@ -308,6 +308,19 @@ fn calibrate_writes_no_model_it_could_not_fit() {
 /// A recheck finds how much slower a server's prompts and faster its decode run than its
 /// model says, writes the model rescaled to them (valid against the schema, loading back),
 /// and a recheck of that rescaled model against the same server finds it right.
+/// The recheck's words when the server's own speed moved between its requests.
+const MOVED: &str = "the server's speed moved during the recheck";
+
+/// A recheck's warnings besides the one that says the server's speed moved during it: that
+/// one is the recheck's own measurement of the server (here the simulator, which shares two
+/// cores with the tests beside it: in one CI run one of three 128-token prompts took 19.8 ms
+/// to its first token against 16.5 for the other two, x1.33 of the model), not what these
+/// checks are about; the factors are still checked within their tolerances.
+fn besides_moved(w: &serde_json::Value) -> Vec<String> {
+    let all = w.as_array().expect("warnings: an array");
+    all.iter().map(|w| w.as_str().unwrap().to_owned()).filter(|w| !w.contains(MOVED)).collect()
+}
+
 #[test]
 fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     let _timed = timed();
@@ -352,8 +365,9 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     };
     let (r1, t1, w1) = recheck(&sim.base_url(), &m0, "512,1024", &m1);
     // a server of the model's shape at other speeds: nothing doubtful
-    assert_eq!(w1, serde_json::json!([]), "{t1}");
-    assert!(!t1.contains("recheck: warning"), "{t1}");
+    assert_eq!(besides_moved(&w1), Vec::<String>::new(), "{t1}");
+    let warned = t1.lines().filter(|l| l.contains("recheck: warning") && !l.contains(MOVED));
+    assert_eq!(warned.count(), 0, "{t1}");
     valid_server_model(&m1);
     let near = |got: f64, want: f64, tol: f64, what: &str, t: &str| {
         assert!((got - want).abs() <= tol * want, "{what}: {got:.4} for {want} (±{tol})\n{t}");
@@ -400,9 +414,9 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     let sim =
         Simulator::start(SimConfig { server_model: Some(shaped), ..SimConfig::default() }).unwrap();
     let (_, t3, w3) = recheck(&sim.base_url(), &mf, "128,1024", &d.join("m3.json"));
-    let w3 = w3.as_array().expect("warnings: an array").clone();
+    let w3 = besides_moved(&w3);
     assert_eq!(w3.len(), 1, "{w3:?}\n{t3}");
-    let w = w3[0].as_str().unwrap();
+    let w = w3[0].as_str();
     assert!(w.starts_with("decode: the server runs at ×") && w.contains("context terms"), "{w}");
     assert!(t3.contains(&format!("quetta-probe recheck: warning: {w}")), "{t3}");
     // the model has no context terms to tell apart, and the recheck says that is why it
@@ -465,11 +479,11 @@ fn a_recheck_rescales_a_model_to_its_servers_present_speed() {
     assert!(o.status.success(), "{}", text(&o));
     let m = meta(&d, "recheck");
     assert_eq!(m["parameters"]["decode_tokens"], 16, "{}", text(&o));
-    assert_eq!(m["summary"]["warnings"], serde_json::json!([]), "{}", text(&o));
+    assert_eq!(besides_moved(&m["summary"]["warnings"]), Vec::<String>::new(), "{}", text(&o));
     let (_, t5, w5) = recheck(&sim.base_url(), &m16, "128,1024", &d.join("m5.json"));
-    let w5 = w5.as_array().expect("warnings: an array").clone();
+    let w5 = besides_moved(&w5);
     assert_eq!(w5.len(), 1, "{w5:?}\n{t5}");
-    let w = w5[0].as_str().unwrap();
+    let w = w5[0].as_str();
     assert!(w.contains("decode 24 tokens, the calibration's decode probe 16"), "{w}");
     assert!(w.contains("--decode-tokens 16"), "{w}");
     let _ = std::fs::remove_dir_all(&d);
