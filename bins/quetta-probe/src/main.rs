@@ -370,6 +370,17 @@ async fn calibrated(
             s.context_kt_ms, s.context_over_kt_ms, s.context_knee_tokens
         );
     }
+    if !s.decode_by_seqs.is_empty() {
+        let rows: Vec<String> = s
+            .decode_by_seqs
+            .iter()
+            .map(|r| format!("{}: {:.1} ms + {:.2} per 1,000", r.seqs, r.step_ms, r.context_kt_ms))
+            .collect();
+        println!(
+            "decode step by sequences (ms at no context + ms per 1,000 tokens of context): {}",
+            rows.join("; ")
+        );
+    }
     println!("wrote {}", output.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -202,6 +202,7 @@ fn known_model() -> quetta_sim::model::ServerModel {
             context_knee_tokens: 1_500,
             context_over_kt_ms: 2.0,
             multi_seq_ms: 1.5,
+            decode_by_seqs: Vec::new(),
             prefill_step_ms: 4.0,
         },
         max_seqs: 4,
@@ -265,6 +266,15 @@ fn calibrating_a_twin_of_a_known_model_recovers_the_model() {
     near(m.step.decode_seq_ms, 3.0, 0.45, "decode_seq_ms");
     near(m.step.base_ms, 6.0, 1.5, "base_ms");
     near(m.step.prefill_token_ms, 0.05, 0.0075, "prefill_token_ms");
+    // each batch size's own row gives that size's step (the known one, by hand: 6 + 3·B,
+    // 1.5 more from two sequences on, at 300 tokens a sequence, under the knee)
+    let rows: Vec<u32> = m.step.decode_by_seqs.iter().map(|r| r.seqs).collect();
+    assert_eq!(rows, [1, 2, 3, 4], "{t}");
+    for r in &m.step.decode_by_seqs {
+        let b = f64::from(r.seqs);
+        let want = 6.0 + 3.0 * b + if r.seqs >= 2 { 1.5 } else { 0.0 };
+        near(r.step_ms + r.context_kt_ms * 0.3 * b, want, 1.5, "a row's step");
+    }
     // a step that prefills costs 4 ms more, beside a decode too: told apart from the
     // millisecond of arrival overhead, which delays only its own request
     near(m.step.prefill_step_ms, 4.0, 1.5, "prefill_step_ms");

@@ -102,6 +102,11 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
         text = t;
         let model = Twin::load(&model_path, WhatIf::default(), Some(&tokenizer())).unwrap().model;
         assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
+        assert_eq!(
+            model.step.decode_by_seqs.iter().map(|r| r.seqs).collect::<Vec<_>>(),
+            [1, 2, 3, 4],
+            "every batch size up to the slots measured\n{text}"
+        );
         assert!(
             (20..=40).contains(&model.prompt_extra_tokens),
             "SmolLM2's chat template adds 30 tokens: {}\n{text}",

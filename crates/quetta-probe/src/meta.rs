@@ -335,6 +335,7 @@ mod tests {
             context_knee_tokens: 0,
             context_over_kt_ms: 0.0,
             multi_seq_ms: 2.0,
+            decode_by_seqs: Vec::new(),
             prefill_step_ms: 0.0,
         };
         let stages = [("ttft", Some(12.5), Some(13.0)), ("queue", None, None)]

@@ -102,7 +102,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(m: &ServerModel) -> Self {
         Self {
-            step: m.step,
+            step: m.step.clone(),
             max_seqs: m.max_seqs.max(1) as usize,
             kv_tokens: m.kv_tokens.max(1),
             budget: m.max_batch_tokens.max(1),
@@ -289,6 +289,7 @@ pub(crate) mod tests {
                 context_knee_tokens: 0,
                 context_over_kt_ms: 0.0,
                 multi_seq_ms: 0.0,
+                decode_by_seqs: Vec::new(),
                 prefill_step_ms: 0.0,
             },
             max_seqs,

@@ -20,7 +20,11 @@ pub const SERVER_MODEL_VERSION: u32 = 1;
 /// the tokens in the KV cache of those B sequences (what their attention reads). The knee is
 /// where the KV the step reads outgrows the fast memory (a CPU's last-level cache): each
 /// context token beyond it costs `context_over_kt_ms` more per thousand.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+///
+/// Where `decode_by_seqs` has rows, a step of B ≥ 1 decoding sequences takes its decode
+/// terms from them instead (see [`SeqsStep`]): `base_ms + decode_seq_ms·B + multi_seq_ms·[B ≥
+/// 2]` becomes the row's `step_ms` and the context terms its `context_kt_ms·C/1000`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepTime {
     pub base_ms: f64,
@@ -44,6 +48,26 @@ pub struct StepTime {
     /// cost, which the sequences decoding beside it wait out too).
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub prefill_step_ms: f64,
+    /// The decode step measured at each batch size, in increasing `seqs`: llama.cpp on a
+    /// CPU decodes three sequences of 300-token prompts as slowly as four (20.0, 28.0, 40.3,
+    /// 44.9 ms a step at 32-token prompts, 21.9, 32.5, 56.6, 54.6 at 300), which no line in
+    /// B holds. Empty: the line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decode_by_seqs: Vec<SeqsStep>,
+}
+
+/// One batch size's decode step: `step_ms + context_kt_ms·C/1000` for `seqs` sequences
+/// decoding one token each, C the tokens in their KV cache. Between two rows the step is
+/// interpolated in B; beyond the last, the last row plus the line's `decode_seq_ms` per
+/// sequence more (and its context terms' growth).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeqsStep {
+    pub seqs: u32,
+    /// The step at no context, ms (the step's base included).
+    pub step_ms: f64,
+    /// Per 1,000 tokens of the batch's context, ms.
+    pub context_kt_ms: f64,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
@@ -59,8 +83,9 @@ fn is_zero_f64(v: &f64) -> bool {
 impl StepTime {
     /// The prompt terms (`prefill_token_ms`, `prefill_pair_mt_ms`, `cached_token_ms`,
     /// `prefill_step_ms`) times `prefill`, the decode terms of the step's sequences
-    /// (`base_ms`, `decode_seq_ms`, `multi_seq_ms`) times `decode`, and its decode context
-    /// terms (`context_kt_ms`, `context_over_kt_ms`) times `context`.
+    /// (`base_ms`, `decode_seq_ms`, `multi_seq_ms`, the rows' `step_ms`) times `decode`, and
+    /// its decode context terms (`context_kt_ms`, `context_over_kt_ms`, the rows'
+    /// `context_kt_ms`) times `context`.
     pub fn scale(&mut self, prefill: f64, decode: f64, context: f64) {
         for v in [
             &mut self.prefill_token_ms,
@@ -76,6 +101,43 @@ impl StepTime {
         for v in [&mut self.context_kt_ms, &mut self.context_over_kt_ms] {
             *v *= context;
         }
+        for r in &mut self.decode_by_seqs {
+            r.step_ms *= decode;
+            r.context_kt_ms *= context;
+        }
+    }
+
+    /// The line's decode terms for `b` sequences at `context` tokens, base included.
+    fn line_decode_ms(&self, b: u64, context: u64) -> f64 {
+        self.base_ms
+            + self.decode_seq_ms * b as f64
+            + self.context_kt_ms * context as f64 / 1e3
+            + self.context_over_kt_ms * context.saturating_sub(self.context_knee_tokens) as f64
+                / 1e3
+            + if b >= 2 { self.multi_seq_ms } else { 0.0 }
+    }
+
+    /// The decode terms of a step of `b ≥ 1` sequences at `context` tokens, base included:
+    /// from `decode_by_seqs` where it has rows, else the line.
+    pub fn decode_ms(&self, b: u64, context: u64) -> f64 {
+        let rows = &self.decode_by_seqs;
+        let at = |r: &SeqsStep, c: u64| r.step_ms + r.context_kt_ms * c as f64 / 1e3;
+        let Some(last) = rows.last() else { return self.line_decode_ms(b, context) };
+        if b > u64::from(last.seqs) {
+            // the last row at its sequences' share of the context, and the line's growth
+            // from there to `b` sequences
+            let n = u64::from(last.seqs);
+            let c = context * n / b;
+            return at(last, c) + self.line_decode_ms(b, context) - self.line_decode_ms(n, c);
+        }
+        match rows.iter().position(|r| u64::from(r.seqs) >= b) {
+            Some(0) | None => at(&rows[0], context),
+            Some(i) => {
+                let (lo, hi) = (&rows[i - 1], &rows[i]);
+                let f = (b - u64::from(lo.seqs)) as f64 / f64::from(hi.seqs - lo.seqs).max(1.0);
+                at(lo, context) + (at(hi, context) - at(lo, context)) * f
+            }
+        }
     }
 
     /// A lone sequence's decode step at `context` tokens, split in what does not grow with
@@ -87,15 +149,16 @@ impl StepTime {
 
     /// The step's duration in milliseconds; `pairs` is Q.
     pub fn ms(&self, prefill: u64, pairs: f64, cached: u64, decode: u64, context: u64) -> f64 {
-        self.base_ms
+        let decode_ms = if decode == 0 {
+            // a step of prompts alone: its base (and the context of nothing decoding)
+            self.line_decode_ms(0, context)
+        } else {
+            self.decode_ms(decode, context)
+        };
+        decode_ms
             + self.prefill_token_ms * prefill as f64
             + self.prefill_pair_mt_ms * pairs / 1e6
             + self.cached_token_ms * cached as f64
-            + self.decode_seq_ms * decode as f64
-            + self.context_kt_ms * context as f64 / 1e3
-            + self.context_over_kt_ms * context.saturating_sub(self.context_knee_tokens) as f64
-                / 1e3
-            + if decode >= 2 { self.multi_seq_ms } else { 0.0 }
             + if prefill > 0 { self.prefill_step_ms } else { 0.0 }
     }
 }
@@ -186,9 +249,10 @@ pub struct ServerModel {
 /// A rescale of a calibrated model to its server's present speed (`quetta-probe recheck`):
 /// the prompt terms of [`StepTime`] (`prefill_token_ms`, `prefill_pair_mt_ms`,
 /// `cached_token_ms`, `prefill_step_ms`) were multiplied by `prefill_factor`, the decode
-/// terms of its sequences (`base_ms`, `decode_seq_ms`, `multi_seq_ms`) by `decode_factor`
-/// and its decode context terms (`context_kt_ms`, `context_over_kt_ms`) by
-/// `context_factor`; all against the calibration, over every recheck since.
+/// terms of its sequences (`base_ms`, `decode_seq_ms`, `multi_seq_ms`, each
+/// `decode_by_seqs` row's `step_ms`) by `decode_factor` and its decode context terms
+/// (`context_kt_ms`, `context_over_kt_ms`, each row's `context_kt_ms`) by `context_factor`;
+/// all against the calibration, over every recheck since.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Recheck {
@@ -285,6 +349,24 @@ impl ServerModel {
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err((f, format!("{v} is not a time of 0 ms or more")));
+            }
+        }
+        let mut seqs = 0;
+        for r in &s.decode_by_seqs {
+            if r.seqs <= seqs {
+                return Err((
+                    "step.decode_by_seqs",
+                    format!("seqs {} after {seqs}: rows go up in batch size from 1", r.seqs),
+                ));
+            }
+            seqs = r.seqs;
+            for (f, v) in [("step_ms", r.step_ms), ("context_kt_ms", r.context_kt_ms)] {
+                if !v.is_finite() || v < 0.0 || (f == "step_ms" && v == 0.0) {
+                    return Err((
+                        "step.decode_by_seqs",
+                        format!("{f} {v} at {} sequences is not a time above 0 ms", r.seqs),
+                    ));
+                }
             }
         }
         if s.ms(1, 0.0, 0, 0, 0) <= 0.0 || s.ms(0, 0.0, 0, 1, 0) <= 0.0 {
@@ -402,5 +484,47 @@ mod tests {
         )
         .unwrap();
         assert_eq!(old.context(), 0.9);
+    }
+
+    /// A step's decode terms come from its batch size's row: a row's own, between two rows
+    /// the straight line between them, beyond the last the line's growth from there; the
+    /// prompt terms add as before; rescaling scales the rows; rows out of order are refused.
+    #[test]
+    fn a_step_takes_its_decode_terms_from_its_batch_size_row() {
+        let mut m = crate::engine::tests::model(8, 8192);
+        // the line: 10 + 1·B + 2 ms per 1,000 tokens of context
+        m.step.base_ms = 10.0;
+        m.step.decode_seq_ms = 1.0;
+        m.step.context_kt_ms = 2.0;
+        let line = m.step.ms(0, 0.0, 0, 3, 1_000);
+        assert!((line - 15.0).abs() < 1e-9, "{line}");
+        m.step.decode_by_seqs = vec![
+            SeqsStep { seqs: 1, step_ms: 12.0, context_kt_ms: 3.0 },
+            SeqsStep { seqs: 2, step_ms: 14.0, context_kt_ms: 4.0 },
+            SeqsStep { seqs: 4, step_ms: 30.0, context_kt_ms: 8.0 },
+        ];
+        let at = |m: &ServerModel, b: u64, c: u64| m.step.ms(0, 0.0, 0, b, c);
+        assert!((at(&m, 1, 1_000) - 15.0).abs() < 1e-9); // 12 + 3
+        assert!((at(&m, 2, 2_000) - 22.0).abs() < 1e-9); // 14 + 8
+                                                         // 3: midway between 2 (14 + 4·1.5 = 20) and 4 (30 + 8·1.5 = 42) at 1,500 tokens
+        assert!((at(&m, 3, 1_500) - 31.0).abs() < 1e-9, "{}", at(&m, 3, 1_500));
+        // 6 at 3,000: the row of 4 at its share, 2,000 tokens (46), and the line's growth
+        // from 4 at 2,000 (18) to 6 at 3,000 (22)
+        assert!((at(&m, 6, 3_000) - 50.0).abs() < 1e-9, "{}", at(&m, 6, 3_000));
+        // a step of prompts alone: the base and the prompt terms, no row
+        assert!((m.step.ms(100, 0.0, 0, 0, 0) - (10.0 + 0.1 * 100.0)).abs() < 1e-9);
+        // prompt tokens beside two decodes: the row and the prompt terms
+        assert!((m.step.ms(100, 0.0, 0, 2, 0) - (14.0 + 10.0)).abs() < 1e-9);
+        let r = m.clone().rescaled(1.0, 0.5, 2.0, 6, 7).unwrap();
+        assert_eq!(
+            r.step.decode_by_seqs[2],
+            SeqsStep { seqs: 4, step_ms: 15.0, context_kt_ms: 16.0 }
+        );
+        let mut bad = m.clone();
+        bad.step.decode_by_seqs.swap(0, 1);
+        assert_eq!(bad.check().unwrap_err().0, "step.decode_by_seqs");
+        // the file holds the rows and reads them back
+        let back: ServerModel = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(back, m);
     }
 }

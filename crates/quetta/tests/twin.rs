@@ -24,6 +24,7 @@ fn model() -> ServerModel {
             context_knee_tokens: 1_024,
             context_over_kt_ms: 2.0,
             multi_seq_ms: 1.5,
+            decode_by_seqs: Vec::new(),
             prefill_step_ms: 3.0,
         },
         max_seqs: 4,

@@ -3,8 +3,10 @@
 
 use std::time::Instant;
 
+use quetta_sim::model::{SeqsStep, StepTime};
+
 pub use crate::meta::CalibrateOptions;
-use crate::probes::{lstsq, r_squared, ProbeContext, ProbeError};
+use crate::probes::{lstsq, median, r_squared, ProbeContext, ProbeError};
 
 use super::{decode, Point};
 
@@ -229,14 +231,83 @@ pub(crate) fn decode_fit(dec: &[Point], batches: usize) -> Result<DecodeFit, Pro
     Ok(best)
 }
 
-/// A decode fit good enough to stop measuring: R² of [`MIN_R2`] or more and no point off by
-/// more than [`DECODE_WORST`].
-pub(crate) fn decode_steady(dec: &[Point], fit: &DecodeFit) -> bool {
+/// The decode grid measures every batch size from 1 to the server's slots up to this many
+/// (then half the slots and all of them): llama.cpp on a CPU decodes three sequences of
+/// 300-token prompts as slowly as four, so a line through 1, 2 and 4 sequences made a closed
+/// loop of 3 decode 21 % faster than the server.
+pub const EVERY_BATCH_UP_TO: u32 = 8;
+
+/// The decode grid's batch sizes for a server of `slots` slots.
+pub(crate) fn decode_batches(slots: u32) -> Vec<u32> {
+    let mut b: Vec<u32> = (1..=slots.clamp(1, EVERY_BATCH_UP_TO)).collect();
+    b.extend([slots.div_ceil(2), slots]);
+    b.sort_unstable();
+    b.dedup();
+    b
+}
+
+/// Each batch size's own step: a line in the context through its points (relative
+/// residuals), its slope the decode line's where it has one context or its slope comes out
+/// negative (noise; then the step is the points' median).
+pub(crate) fn decode_rows(dec: &[Point], line: &DecodeFit) -> Vec<SeqsStep> {
+    let mut sizes: Vec<u32> = dec.iter().map(|p| p.x[0].round() as u32).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .filter(|&b| b >= 1)
+        .map(|b| {
+            let pts: Vec<&Point> = dec.iter().filter(|p| p.x[0].round() as u32 == b).collect();
+            let x: Vec<Vec<f64>> = pts.iter().map(|p| vec![p.x[1]]).collect();
+            let y: Vec<f64> = pts.iter().map(|p| p.y).collect();
+            let mut contexts: Vec<f64> = x.iter().map(|v| v[0]).collect();
+            contexts.sort_by(f64::total_cmp);
+            contexts.dedup();
+            let line_slope = |c: f64| line.at(f64::from(b), c + 1.0) - line.at(f64::from(b), c);
+            let (step, slope) = match rel_fit(&x, &y) {
+                Some((beta, _)) if contexts.len() >= 2 && beta[1] >= 0.0 => (beta[0], beta[1]),
+                Some(_) if contexts.len() >= 2 => (median(&y).unwrap_or(f64::NAN), 0.0),
+                _ => {
+                    let s = line_slope(pts[0].x[1]).max(0.0);
+                    (y[0] - s * pts[0].x[1], s)
+                }
+            };
+            SeqsStep { seqs: b, step_ms: step.max(0.01), context_kt_ms: slope.max(0.0) * 1e3 }
+        })
+        .collect()
+}
+
+/// The decode step of a fitted line and its batch sizes' rows (the prompt terms 0).
+pub(crate) fn decode_step(line: &DecodeFit, rows: Vec<SeqsStep>) -> StepTime {
+    StepTime {
+        base_ms: line.base.max(0.0),
+        prefill_token_ms: 0.0,
+        prefill_pair_mt_ms: 0.0,
+        cached_token_ms: 0.0,
+        decode_seq_ms: line.d.max(0.0),
+        context_kt_ms: (line.c * 1e3).max(0.0),
+        context_knee_tokens: line.knee.round() as u64,
+        context_over_kt_ms: line.over * 1e3,
+        multi_seq_ms: line.multi,
+        prefill_step_ms: 0.0,
+        decode_by_seqs: rows,
+    }
+}
+
+/// The step a decode model predicts at each grid point.
+pub(crate) fn decode_predicted(dec: &[Point], step: &StepTime) -> Vec<f64> {
+    dec.iter().map(|p| step.ms(0, 0.0, 0, p.x[0] as u64, p.x[1] as u64)).collect()
+}
+
+/// A decode model good enough to stop measuring: R² of [`MIN_R2`] or more and no point off
+/// by more than [`DECODE_WORST`].
+pub(crate) fn decode_steady(dec: &[Point], pred: &[f64], r2: f64) -> bool {
     let worst = dec
         .iter()
-        .map(|p| if p.y > 0.0 { (p.y - fit.at(p.x[0], p.x[1])).abs() / p.y } else { 0.0 })
+        .zip(pred)
+        .map(|(p, q)| if p.y > 0.0 { (p.y - q).abs() / p.y } else { 0.0 })
         .fold(0.0, f64::max);
-    fit.r2 >= MIN_R2 && worst <= DECODE_WORST
+    r2 >= MIN_R2 && worst <= DECODE_WORST
 }
 
 /// R² of predictions against measurements.
@@ -245,15 +316,16 @@ pub(crate) fn r_squared_of(y: &[f64], pred: &[f64]) -> f64 {
     r_squared(&rows, y, &[1.0])
 }
 
-/// The decode grid measured `repeats` times and fitted on each point's median, again while
-/// its fit is too noisy ([`MIN_R2`], [`DECODE_WORST`]; up to [`DECODE_ROUNDS`] or `repeats`
-/// rounds); refused if it is still under [`MIN_R2`]. Returns (points, fit, rounds).
+/// The decode grid measured `repeats` times and fitted on each point's median (the line and
+/// each batch size's row), again while the model is too noisy ([`MIN_R2`],
+/// [`DECODE_WORST`]; up to [`DECODE_ROUNDS`] or `repeats` rounds); refused if it is still
+/// under [`MIN_R2`]. Returns (points, the line with the model's R², its step, rounds).
 pub(crate) async fn decode_measured(
     ctx: &ProbeContext,
     o: &CalibrateOptions,
     batches: &[u32],
     t0: Instant,
-) -> Result<(Vec<Point>, DecodeFit, usize), ProbeError> {
+) -> Result<(Vec<Point>, DecodeFit, StepTime, usize), ProbeError> {
     let least = (o.repeats as usize).max(1);
     let most = DECODE_ROUNDS.max(least);
     let mut rounds = Vec::new();
@@ -263,12 +335,15 @@ pub(crate) async fn decode_measured(
             continue;
         }
         let dec = median_rounds(&rounds);
-        let fit = decode_fit(&dec, batches.len())?;
-        if decode_steady(&dec, &fit) || rounds.len() >= most {
+        let mut fit = decode_fit(&dec, batches.len())?;
+        let step = decode_step(&fit, decode_rows(&dec, &fit));
+        let pred = decode_predicted(&dec, &step);
+        let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
+        fit.r2 = r_squared_of(&dy, &pred);
+        if decode_steady(&dec, &pred, fit.r2) || rounds.len() >= most {
             let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
-            let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
             refuse_noisy("decode", &dx, &dy, fit.r2)?;
-            return Ok((dec, fit, rounds.len()));
+            return Ok((dec, fit, step, rounds.len()));
         }
     }
 }

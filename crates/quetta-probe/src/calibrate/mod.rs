@@ -5,12 +5,13 @@
 //! 2. **Prefill**: single requests with prompts of each length (twice), one output token
 //!    asked for two; TTFT = intercept + `prefill_token_ms`·n + `prefill_pair_mt_ms`·n²/2/10⁶,
 //!    n the server's prompt tokens (`usage`); a negative attention term refits without it.
-//! 3. **Decode**: `B` streams at once for B in {1, max/2, max} and each context length; the
-//!    mean gap while every stream decodes (each stream's mean, the median over the streams:
-//!    a twin's TPOT is a mean, slow steps and all) = `base_ms` + `decode_seq_ms`·B +
-//!    `context_kt_ms`·C/1000 [+ `context_over_kt_ms`·max(0, C − knee)/1000, where the knee
-//!    pays for itself], C the streams' tokens in cache. The prefill intercept less `base_ms`
-//!    is the arrival overhead.
+//! 3. **Decode**: `B` streams at once for every B up to the slots ([`EVERY_BATCH_UP_TO`];
+//!    beyond, max/2 and max) and each context length; the mean gap while every stream
+//!    decodes (each stream's mean, the median over the streams: a twin's TPOT is a mean, slow
+//!    steps and all) = `base_ms` + `decode_seq_ms`·B + `context_kt_ms`·C/1000 [+
+//!    `context_over_kt_ms`·max(0, C − knee)/1000, where the knee pays for itself], C the
+//!    streams' tokens in cache; and each B's own line in C (`decode_by_seqs`), which the
+//!    twin's steps use. The prefill intercept less `base_ms` is the arrival overhead.
 //! 4. **Prefix cache**: a prompt, then the same prompt with a few more words; the second's
 //!    TTFT against the model's cold prediction gives `cached_token_ms`.
 //! 5. **Gather**: pairs of short prompts sent 0–50 ms apart to the idle server; the longest
@@ -118,18 +119,16 @@ pub async fn calibrate(
     ctx.send(0, words(8, ctx.seed), 2, t0).await?; // warm-up: connections, first-use costs
     let slots = max_seqs(ctx, o.seqs_probe, t0).await?.max(1);
     let pre = prefill(ctx, o, t0).await?;
-    let mut batches = vec![1, slots.div_ceil(2), slots];
-    batches.dedup();
-    let (dec, df, decode_rounds) = decode_measured(ctx, o, &batches, t0).await?;
+    let batches = decode_batches(slots);
+    let (dec, df, decoded, decode_rounds) = decode_measured(ctx, o, &batches, t0).await?;
     let dr2 = df.r2;
     // the fit and its quality on each length's median, as the decode grid's on each point's
     let pre_med = median_repeats(&pre, o.repeats as usize);
     let py: Vec<f64> = pre_med.iter().map(|p| p.y).collect();
     let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
     // base + d·B: a gap must cost something; tiny negative slopes (noise) are taken as 0
-    let (base, d, c) = (df.base.max(0.0), df.d.max(0.0), (df.c * 1e3).max(0.0));
-    let (knee, over, multi) = (df.knee.round() as u64, df.over * 1e3, df.multi);
-    if base + d <= 0.0 {
+    let base = decoded.base_ms;
+    if base + decoded.decode_seq_ms <= 0.0 {
         return Err(ProbeError::Invalid("decode steps came out free".into()));
     }
     let (intercept, pb, pr2) = fit_prefill(&pre_med, base)?;
@@ -138,18 +137,7 @@ pub async fn calibrate(
     // overhead and the window together (an intercept under the window, a few ms of TTFTs of
     // seconds, is noise: the window is measured, the intercept fitted)
     let (gather_ms, gather_pairs) = gather(ctx, t0).await?;
-    let mut step = StepTime {
-        base_ms: base,
-        prefill_token_ms: pb[1],
-        prefill_pair_mt_ms: pb[2],
-        cached_token_ms: 0.0,
-        decode_seq_ms: d,
-        context_kt_ms: c,
-        context_knee_tokens: knee,
-        context_over_kt_ms: over,
-        multi_seq_ms: multi,
-        prefill_step_ms: 0.0,
-    };
+    let mut step = StepTime { prefill_token_ms: pb[1], prefill_pair_mt_ms: pb[2], ..decoded };
     let lone = |n: u64| intercept + step.ms(n, n as f64 * n as f64 / 2.0, 0, 0, 0);
     let (mixed_extra, mixed_extras) = mixed(ctx, o, &step, lone, t0).await?;
     // the intercept holds the gather window, the arrival overhead and the prefill step's
@@ -194,7 +182,7 @@ pub async fn calibrate(
         calibrated_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        step,
+        step: step.clone(),
         max_seqs: slots,
         kv_tokens: u64::from(slots) * u64::from(o.max_context),
         max_batch_tokens: o.max_batch_tokens,
@@ -274,6 +262,49 @@ mod tests {
             .collect()
     }
 
+    /// Every batch size up to the slots is measured (then half and all of them), and each
+    /// gets its own row: llama.cpp's measured steps at 300-token prompts, three sequences as
+    /// slow as four, are what the rows give back, where the line through them misses three
+    /// sequences by a fifth.
+    #[test]
+    fn each_batch_size_gets_its_own_decode_row() {
+        assert_eq!(decode_batches(4), [1, 2, 3, 4]);
+        assert_eq!(decode_batches(1), [1]);
+        assert_eq!(decode_batches(64), [1, 2, 3, 4, 5, 6, 7, 8, 32, 64]);
+        // rows of (B, ms at no context, ms per 1,000 tokens): 3 as slow as 4
+        let rows = [(1.0, 18.0, 7.0), (2.0, 25.0, 8.4), (3.0, 36.0, 20.4), (4.0, 40.0, 9.1)];
+        let mut grid = Vec::new();
+        for (b, step, kt) in rows {
+            for per_seq in [60.0, 320.0, 1100.0] {
+                let c: f64 = b * per_seq;
+                grid.push((b, c, step + kt * c / 1e3));
+            }
+        }
+        let dec = decode_points(&grid);
+        let line = decode_fit(&dec, 4).unwrap();
+        let got = decode_rows(&dec, &line);
+        assert_eq!(got.len(), 4);
+        for (r, (b, step, kt)) in got.iter().zip(rows) {
+            assert_eq!(f64::from(r.seqs), b);
+            assert!(
+                (r.step_ms - step).abs() < 1e-6 && (r.context_kt_ms - kt).abs() < 1e-6,
+                "{r:?}"
+            );
+        }
+        let step = decode_step(&line, got);
+        let three = step.ms(0, 0.0, 0, 3, 960);
+        assert!((three - (36.0 + 20.4 * 0.96)).abs() < 1e-6, "{three}");
+        let by_line = line.at(3.0, 960.0);
+        assert!((by_line / three - 1.0).abs() > 0.1, "the line alone misses it: {by_line}");
+        // one context: the line's slope, through that point
+        let one = decode_points(&[(1.0, 100.0, 20.0), (2.0, 250.0, 30.0), (3.0, 300.0, 45.0)]);
+        let line = decode_fit(&one, 3).unwrap();
+        for (r, p) in decode_rows(&one, &line).iter().zip(&one) {
+            let at = r.step_ms + r.context_kt_ms * p.x[1] / 1e3;
+            assert!((at - p.y).abs() < 1e-6, "{r:?} through {:?}", p.y);
+        }
+    }
+
     /// One slow point in one round spoils its fit; the median of three rounds, each with a
     /// different slow point, is the clean grid, and its fit finds the model again.
     #[test]
@@ -309,9 +340,15 @@ mod tests {
         let dec = decode_points(&measured);
         let f = decode_fit(&dec, 3).unwrap();
         assert!(f.r2 >= MIN_R2, "R² {} passes alone", f.r2);
-        assert!(!decode_steady(&dec, &f), "{f:?}");
-        let clean = grid(0, 0.0);
-        assert!(decode_steady(&clean, &decode_fit(&clean, 3).unwrap()));
+        // nor do the batch sizes' own rows hold the two-stream points
+        let steady = |dec: &[Point]| {
+            let f = decode_fit(dec, 3).unwrap();
+            let pred = decode_predicted(dec, &decode_step(&f, decode_rows(dec, &f)));
+            let y: Vec<f64> = dec.iter().map(|p| p.y).collect();
+            decode_steady(dec, &pred, r_squared_of(&y, &pred))
+        };
+        assert!(!steady(&dec), "{f:?}");
+        assert!(steady(&grid(0, 0.0)));
     }
 
     /// Three repeats of four prompt lengths, one request of two lengths slow by half or by
