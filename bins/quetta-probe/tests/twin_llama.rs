@@ -7,14 +7,12 @@
 //! the bounds of [`SERVER_BOUND`] and [`SERVER_P90_BOUND`] against the server, [`SPEED_BOUND`]
 //! on that speed and [`TWIN_BOUND`] between live and predicted.
 
+mod twin_common;
+
 use quetta::sim::model::WhatIf;
 use quetta::{Benchmark, Load, Target, Twin, WorkloadSpec};
 use std::path::Path;
-use std::process::Command;
-
-fn tokenizer() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tokenizers/smollm2/tokenizer.json").into()
-}
+use twin_common::{calibrate, recheck, setup, tokenizer};
 
 /// Prompts of 72–120 tokens and outputs of 48–80, 24 requests at closed 4: on this
 /// one-thread CPU server a 128-token prefill is a step of a second, and with 12 requests of
@@ -54,30 +52,8 @@ fn figures(s: &quetta::Summary) -> Figures {
 
 #[test]
 fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_on() {
-    let Some(url) = quetta_testkit::llama_url() else { return };
-    // The calibration, the client and the in-process live twin run off the server's CPU.
-    let server_cpu = quetta_testkit::keep_off_llama_cpu();
-    eprintln!("llama.cpp server pinned to CPU {server_cpu:?}");
-    let d = std::env::temp_dir().join(format!("quetta-twin-llama-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let Some((url, d)) = setup("twin-llama") else { return };
     let model_path = d.join("server-model.json");
-    // A calibration this noisy server refuses (a fit under R² 0.9: in CI once the decode
-    // fit of the short options, locally once the prefill fit, on a machine whose own
-    // 200-word prefill varied 5.0–6.6 s) is tried again, three times in all.
-    let calibrate = || {
-        let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
-            .args(["calibrate", "--base-url", &url])
-            .args(["--prefill-lengths", "32,128,256", "--decode-contexts", "32,256"])
-            .args(["--decode-tokens", "48", "--repeats", "3", "--seqs-probe", "8", "--output-dir"])
-            .arg(&d)
-            .arg("-o")
-            .arg(&model_path)
-            .output()
-            .unwrap();
-        let t =
-            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        (o.status.success(), t)
-    };
     // A miss is measured again, calibrated again and on fresh prompts, three attempts in
     // all, before it fails the test (16 attempts of 14 local runs on 2026-12-06: 3 missed,
     // each on closed 4's TTFT, whose 24 requests fall into two modes by races of the
@@ -88,36 +64,7 @@ fn the_twin_reproduces_the_real_llama_server_on_workloads_it_was_not_calibrated_
     let mut failures = Vec::new();
     let mut text = String::new();
     for attempt in 0..3 {
-        let (mut ok, mut t) = calibrate();
-        for _ in 0..2 {
-            if ok {
-                break;
-            }
-            eprintln!("calibration refused, once more:\n{t}");
-            assert!(t.contains("no model written"), "{t}");
-            (ok, t) = calibrate();
-        }
-        assert!(ok, "{t}");
-        eprintln!("{t}");
-        text = t;
-        let model = Twin::load(&model_path, WhatIf::default(), Some(&tokenizer())).unwrap().model;
-        assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
-        assert_eq!(
-            model.step.decode_by_seqs.iter().map(|r| r.seqs).collect::<Vec<_>>(),
-            [1, 2, 3, 4],
-            "every batch size up to the slots measured\n{text}"
-        );
-        assert!(
-            (20..=40).contains(&model.prompt_extra_tokens),
-            "SmolLM2's chat template adds 30 tokens: {}\n{text}",
-            model.prompt_extra_tokens
-        );
-        // of which the default system prompt (24 tokens) comes from a slot's previous request
-        assert!(
-            (16..=model.prompt_extra_tokens).contains(&model.template_cached_tokens),
-            "llama.cpp reuses its template's system prompt: {} cached\n{text}",
-            model.template_cached_tokens
-        );
+        text = calibrate(&url, &d, &model_path, "32,128,256");
         let salt = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
@@ -150,30 +97,6 @@ const TWIN_BOUND: f64 = 0.05;
 /// calibrated at one and rechecked at the other (decode ×1.38 and ×1.41, the twin then
 /// within its bounds on both loads).
 const SPEED_BOUND: f64 = 0.6;
-
-/// `quetta-probe recheck` of the calibration now, as a user runs it before a what-if: six
-/// lone requests of 64 and 256 words (this workload's prompts are 72–120 tokens), decoding
-/// as many tokens as the calibration's decode probe (48; with 32 the decode factor read 5–10 %
-/// slow and closed 1's TPOT came out +5 to +11 %), the model rescaled to the server's present
-/// prefill and decode speed, written to `out`.
-fn recheck(url: &str, model: &Path, out: &Path) -> quetta::sim::model::ServerModel {
-    let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
-        .args(["recheck", "--base-url", url, "--server-model"])
-        .arg(model)
-        .args(["--prompt-words", "64,256", "--output-dir"])
-        .arg(out.with_extension("d"))
-        .arg("-o")
-        .arg(out)
-        .output()
-        .unwrap();
-    let t = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{t}");
-    eprintln!("{t}");
-    let m = Twin::load(out, WhatIf::default(), Some(&tokenizer())).unwrap().model;
-    assert!(m.rechecked.is_some(), "a rechecked model says so\n{t}");
-    assert!(!t.contains("decode probe"), "the recheck decodes as the calibration did\n{t}");
-    m
-}
 
 /// The recheck's prefill, decode and decode-context factors against the calibration.
 fn factors(m: &quetta::sim::model::ServerModel) -> [f64; 3] {

@@ -15,14 +15,12 @@
 //! figure within 9 %, live and predicted within 0.1 % of each other. docs/SIMULATOR.md
 //! ("What limits the accuracy") says why.
 
+mod twin_common;
+
 use quetta::sim::model::{ServerModel, WhatIf};
 use quetta::{Benchmark, Load, Summary, Target, Twin, WorkloadSpec};
 use std::path::Path;
-use std::process::Command;
-
-fn tokenizer() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tokenizers/smollm2/tokenizer.json").into()
-}
+use twin_common::{calibrate, recheck, setup, tokenizer};
 
 /// Prompts of exactly `input` tokens (the SmolLM2 tokenizer; the server adds its template)
 /// and outputs of exactly `output` (`ignore_eos`).
@@ -55,32 +53,9 @@ fn figures(s: &Summary) -> [f64; 3] {
 #[test]
 #[ignore = "the twin misses these bounds today (see the module's documentation); run by hand"]
 fn the_twin_holds_ten_percent_on_a_closed_3_and_a_70_percent_open_loop() {
-    let Some(url) = quetta_testkit::llama_url() else { return };
-    // The calibration, the client and the in-process live twin run off the server's CPU.
-    let server_cpu = quetta_testkit::keep_off_llama_cpu();
-    eprintln!("llama.cpp server pinned to CPU {server_cpu:?}");
-    let d = std::env::temp_dir().join(format!("quetta-twin-llama-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let Some((url, d)) = setup("twin-unseen") else { return };
     let model_path = d.join("server-model.json");
-    let text = calibrate(&url, &d, &model_path);
-    let model = Twin::load(&model_path, WhatIf::default(), Some(&tokenizer())).unwrap().model;
-    assert_eq!(model.max_seqs, 4, "llama.cpp runs 4 slots\n{text}");
-    assert_eq!(
-        model.step.decode_by_seqs.iter().map(|r| r.seqs).collect::<Vec<_>>(),
-        [1, 2, 3, 4],
-        "every batch size up to the slots measured\n{text}"
-    );
-    assert!(
-        (20..=40).contains(&model.prompt_extra_tokens),
-        "SmolLM2's chat template adds 30 tokens: {}\n{text}",
-        model.prompt_extra_tokens
-    );
-    // of which the default system prompt (24 tokens) comes from a slot's previous request
-    assert!(
-        (16..=model.prompt_extra_tokens).contains(&model.template_cached_tokens),
-        "llama.cpp reuses its template's system prompt: {} cached\n{text}",
-        model.template_cached_tokens
-    );
+    let text = calibrate(&url, &d, &model_path, "32,256,512");
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -101,38 +76,6 @@ fn the_twin_holds_ten_percent_on_a_closed_3_and_a_70_percent_open_loop() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// `quetta-probe calibrate` with short options (prompts of 32-512 words, decode contexts of
-/// 32 and 256 words, 48 decode tokens, three repeats); a calibration this noisy server refuses
-/// (a fit under R² 0.9) is tried again, three times in all. Returns its output.
-fn calibrate(url: &str, d: &Path, model_path: &Path) -> String {
-    let once = || {
-        let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
-            .args(["calibrate", "--base-url", url])
-            .args(["--prefill-lengths", "32,256,512", "--decode-contexts", "32,256"])
-            .args(["--decode-tokens", "48", "--repeats", "3", "--seqs-probe", "8", "--output-dir"])
-            .arg(d)
-            .arg("-o")
-            .arg(model_path)
-            .output()
-            .unwrap();
-        let t =
-            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        (o.status.success(), t)
-    };
-    let (mut ok, mut t) = once();
-    for _ in 0..2 {
-        if ok {
-            break;
-        }
-        eprintln!("calibration refused, once more:\n{t}");
-        assert!(t.contains("no model written"), "{t}");
-        (ok, t) = once();
-    }
-    assert!(ok, "{t}");
-    eprintln!("{t}");
-    t
-}
-
 /// The bound: each twin's TTFT, TPOT and E2E p50 within 10 % of the server's.
 const SERVER_BOUND: f64 = 0.10;
 /// Live against predicted, every figure: the same model on a real and a virtual clock.
@@ -143,29 +86,6 @@ const MOVED: f64 = 0.05;
 /// The open loop's rate against the server's capacity (the rechecked twin's throughput at
 /// closed 4 on the same prompts).
 const LOAD: f64 = 0.7;
-
-/// `quetta-probe recheck` of the calibration now, as a user runs it before a what-if: six
-/// lone requests of 64 and 256 words, decoding as many tokens as the calibration's decode
-/// probe, the model rescaled to the server's present prefill and decode speed, written to
-/// `out`.
-fn recheck(url: &str, model: &Path, out: &Path) -> ServerModel {
-    let o = Command::new(env!("CARGO_BIN_EXE_quetta-probe"))
-        .args(["recheck", "--base-url", url, "--server-model"])
-        .arg(model)
-        .args(["--prompt-words", "64,256", "--output-dir"])
-        .arg(out.with_extension("d"))
-        .arg("-o")
-        .arg(out)
-        .output()
-        .unwrap();
-    let t = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{t}");
-    eprintln!("{t}");
-    let m = Twin::load(out, WhatIf::default(), Some(&tokenizer())).unwrap().model;
-    assert!(m.rechecked.is_some(), "a rechecked model says so\n{t}");
-    assert!(!t.contains("decode probe"), "the recheck decodes as the calibration did\n{t}");
-    m
-}
 
 /// The recheck's prefill and decode factors against the calibration.
 fn factors(m: &ServerModel) -> [f64; 2] {
