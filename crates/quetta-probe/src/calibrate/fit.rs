@@ -299,8 +299,8 @@ pub(crate) fn decode_predicted(dec: &[Point], step: &StepTime) -> Vec<f64> {
     dec.iter().map(|p| step.ms(0, 0.0, 0, p.x[0] as u64, p.x[1] as u64)).collect()
 }
 
-/// A decode model good enough to stop measuring: R² of [`MIN_R2`] or more and no point off
-/// by more than [`DECODE_WORST`].
+/// A decode grid steady enough to stop measuring: its model's (`pred`'s) R² of [`MIN_R2`] or
+/// more and no point off by more than [`DECODE_WORST`].
 pub(crate) fn decode_steady(dec: &[Point], pred: &[f64], r2: f64) -> bool {
     let worst = dec
         .iter()
@@ -317,9 +317,10 @@ pub(crate) fn r_squared_of(y: &[f64], pred: &[f64]) -> f64 {
 }
 
 /// The decode grid measured `repeats` times and fitted on each point's median (the line and
-/// each batch size's row), again while the model is too noisy ([`MIN_R2`],
-/// [`DECODE_WORST`]; up to [`DECODE_ROUNDS`] or `repeats` rounds); refused if it is still
-/// under [`MIN_R2`]. Returns (points, the line with the model's R², its step, rounds).
+/// each batch size's row), again while the line says it is too noisy ([`MIN_R2`],
+/// [`DECODE_WORST`]; up to [`DECODE_ROUNDS`] or `repeats` rounds); refused if the rows then
+/// explain less than [`MIN_R2`]. Returns (points, the line with the rows' R², its step,
+/// rounds).
 pub(crate) async fn decode_measured(
     ctx: &ProbeContext,
     o: &CalibrateOptions,
@@ -336,11 +337,13 @@ pub(crate) async fn decode_measured(
         }
         let dec = median_rounds(&rounds);
         let mut fit = decode_fit(&dec, batches.len())?;
-        let step = decode_step(&fit, decode_rows(&dec, &fit));
-        let pred = decode_predicted(&dec, &step);
-        let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
-        fit.r2 = r_squared_of(&dy, &pred);
-        if decode_steady(&dec, &pred, fit.r2) || rounds.len() >= most {
+        // the line judges the grid's noise (a row of two contexts passes through both its
+        // points, whatever they are); the rows, the model the twin runs, are judged by R²
+        let line: Vec<f64> = dec.iter().map(|p| fit.at(p.x[0], p.x[1])).collect();
+        if decode_steady(&dec, &line, fit.r2) || rounds.len() >= most {
+            let step = decode_step(&fit, decode_rows(&dec, &fit));
+            let dy: Vec<f64> = dec.iter().map(|p| p.y).collect();
+            fit.r2 = r_squared_of(&dy, &decode_predicted(&dec, &step));
             let dx: Vec<Vec<f64>> = dec.iter().map(|p| p.x.clone()).collect();
             refuse_noisy("decode", &dx, &dy, fit.r2)?;
             return Ok((dec, fit, step, rounds.len()));
