@@ -360,13 +360,24 @@ impl ServerModel {
                 ));
             }
             seqs = r.seqs;
-            for (f, v) in [("step_ms", r.step_ms), ("context_kt_ms", r.context_kt_ms)] {
-                if !v.is_finite() || v < 0.0 || (f == "step_ms" && v == 0.0) {
-                    return Err((
-                        "step.decode_by_seqs",
-                        format!("{f} {v} at {} sequences is not a time above 0 ms", r.seqs),
-                    ));
-                }
+            // a step takes time; its context slope may be 0
+            if !(r.step_ms.is_finite() && r.step_ms > 0.0) {
+                return Err((
+                    "step.decode_by_seqs",
+                    format!(
+                        "step_ms {} at {} sequences is not a time above 0 ms",
+                        r.step_ms, r.seqs
+                    ),
+                ));
+            }
+            if !(r.context_kt_ms.is_finite() && r.context_kt_ms >= 0.0) {
+                return Err((
+                    "step.decode_by_seqs",
+                    format!(
+                        "context_kt_ms {} at {} sequences is not a time of 0 ms or more",
+                        r.context_kt_ms, r.seqs
+                    ),
+                ));
             }
         }
         if s.ms(1, 0.0, 0, 0, 0) <= 0.0 || s.ms(0, 0.0, 0, 1, 0) <= 0.0 {

@@ -173,8 +173,7 @@ pub async fn calibrate(
     let ppred: Vec<f64> = pre.iter().map(lone_ttft).collect();
     let ppred_med: Vec<f64> = pre_med.iter().map(lone_ttft).collect();
     let extra = extra_tokens(&pre);
-    let dpred: Vec<f64> =
-        dec.iter().map(|p| step.ms(0, 0.0, 0, p.x[0] as u64, p.x[1] as u64)).collect();
+    let dpred = decode_predicted(&dec, &step);
     let model = ServerModel {
         schema_version: SERVER_MODEL_VERSION,
         server: ctx.base_url.clone(),
