@@ -151,6 +151,10 @@ pub struct TargetArgs {
     /// Embedded simulator: inject a fault (repeatable), as `quetta-sim --fault`.
     #[arg(help_heading = "Target", long = "sim-fault")]
     pub sim_faults: Vec<quetta::sim::faults::FaultRule>,
+    /// Embedded simulator: a cold start, SECONDS:FACTOR (6:4: TTFT and ITL 4 times longer for
+    /// the first 6 s after its first request).
+    #[arg(help_heading = "Target", long)]
+    pub sim_warm_up: Option<quetta::sim::WarmUp>,
 }
 
 /// The calibrated twin served or predicted in place of a server.

@@ -211,6 +211,7 @@ impl RunArgs {
                     itl: Duration::from_secs_f64(self.target.sim_itl_ms.max(0.0) / 1e3),
                     faults: self.target.sim_faults.clone(),
                     max_running: self.target.sim_max_running,
+                    warm_up: self.target.sim_warm_up,
                     ..SimConfig::default()
                 };
                 Target::simulator(match self.twin()? {

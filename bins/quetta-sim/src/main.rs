@@ -67,6 +67,10 @@ struct Args {
     /// bad-json, invalid-utf8, huge-event, no-done, no-usage, error-event.
     #[arg(long = "fault")]
     faults: Vec<quetta_sim::faults::FaultRule>,
+    /// A cold start, SECONDS:FACTOR: TTFT and gaps between tokens FACTOR times longer for the
+    /// first SECONDS after the first generation request (6:4).
+    #[arg(long)]
+    warm_up: Option<quetta_sim::WarmUp>,
     /// Requests the model runs at once; more wait in a FIFO queue (default: no limit).
     #[arg(long)]
     max_running: Option<usize>,
@@ -294,6 +298,7 @@ fn main() -> Result<std::process::ExitCode> {
         worker_threads: a.threads,
         nice: a.nice,
         faults: a.faults,
+        warm_up: a.warm_up,
         max_running: a.max_running,
         prefix_cache_blocks: a.prefix_cache_blocks,
         prefix_block_tokens: a.prefix_block_tokens.max(1),

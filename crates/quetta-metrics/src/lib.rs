@@ -26,6 +26,7 @@ mod record;
 pub mod series;
 pub mod slo;
 pub mod stats;
+pub mod steady;
 pub mod telemetry;
 
 pub use aggregate::{

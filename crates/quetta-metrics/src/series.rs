@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::steady::{filled, mser, Method, NoWindow, Signal, Truncation, MSER_BATCH};
 use crate::RequestRecord;
 
 /// One second of a run.
@@ -51,10 +52,20 @@ fn bump<T: Default + Clone>(v: &mut Vec<T>, k: usize) -> &mut T {
 /// The steady state and saturation verdict of a series.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Steadiness {
-    /// The window where requests in flight stayed within 10 % of their median over the
-    /// sending phase (seconds, inclusive), if any.
+    /// The steady window (seconds, inclusive): from the end of the warm-up MSER-5 finds to
+    /// the last whole second of the sending phase; absent when `no_window` says why.
     pub steady_from_s: Option<u64>,
     pub steady_to_s: Option<u64>,
+    /// How the window was found (absent in summaries written before it was MSER-5's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<Method>,
+    /// Why there is no steady window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_window: Option<NoWindow>,
+    /// The signal whose warm-up ended last (its cut set the window's start); requests in
+    /// flight for an over-saturated run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<Signal>,
     /// Mean requests in flight over the first and the second half of the sending phase
     /// after its ramp-up (from the first second at 90 % of the median in flight).
     pub in_flight_first_half: f64,
@@ -62,6 +73,42 @@ pub struct Steadiness {
     /// Requests in flight still rising from the first to the second half (by over 20 % and
     /// at least 2): the server cannot keep up with the offered load.
     pub over_saturated: bool,
+}
+
+impl Steadiness {
+    /// The steady window as offsets of the measured phase, ms: `[from, to)`.
+    pub fn window_ms(&self) -> Option<(f64, f64)> {
+        match (self.steady_from_s, self.steady_to_s) {
+            (Some(a), Some(b)) if b >= a => Some((a as f64 * 1e3, (b + 1) as f64 * 1e3)),
+            _ => None,
+        }
+    }
+}
+
+/// The steady window of a sending phase's seconds (all but the last, part, second): the
+/// latest MSER-5 cut over the signals, or why there is none.
+fn mser_window(phase: &[Second]) -> Result<(u64, u64, Signal), (NoWindow, Option<Signal>)> {
+    let whole = &phase[..phase.len().saturating_sub(1)];
+    // in flight at the end of each second: second 0 starts empty whatever the load
+    let in_flight: Vec<f64> =
+        whole.iter().map(|x| (x.in_flight + x.sent).saturating_sub(x.ended) as f64).collect();
+    let ttft: Vec<Option<f64>> = whole.iter().map(|x| x.ttft_mean_ms).collect();
+    let itl: Vec<Option<f64>> = whole.iter().map(|x| x.itl_mean_ms).collect();
+    let signals = [
+        (Signal::InFlight, Some(in_flight)),
+        (Signal::Ttft, filled(&ttft)),
+        (Signal::Itl, filled(&itl)),
+    ];
+    let mut cut = (0usize, Signal::InFlight);
+    for (signal, values) in signals {
+        let Some(v) = values else { continue };
+        match mser(&v, MSER_BATCH) {
+            Truncation::Cut(d) if d > cut.0 => cut = (d, signal),
+            Truncation::Cut(_) => {}
+            Truncation::TooShort => return Err((NoWindow::TooShort, None)),
+        }
+    }
+    Ok((cut.0 as u64, whole.len() as u64 - 1, cut.1))
 }
 
 impl SeriesBuilder {
@@ -185,15 +232,25 @@ impl SeriesBuilder {
         let rest = &phase[ramp.min(phase.len() - 2)..];
         let half = rest.len() / 2;
         let (a, b) = (mean(&rest[..half]), mean(&rest[half..]));
-        let near = |x: &Second| (x.in_flight as f64 - med).abs() <= (0.1 * med).max(1.0);
-        let from = phase.iter().position(near);
-        let to = phase.iter().rposition(near);
+        let over_saturated = b > a * 1.2 && b - a >= 2.0;
+        let window = if over_saturated {
+            Err((NoWindow::OverSaturated, Some(Signal::InFlight)))
+        } else {
+            mser_window(phase)
+        };
+        let (from, to, set_by, no_window) = match window {
+            Ok((f, t, s)) => (Some(f), Some(t), Some(s), None),
+            Err((why, s)) => (None, None, s, Some(why)),
+        };
         Some(Steadiness {
-            steady_from_s: from.map(|x| x as u64),
-            steady_to_s: to.map(|x| x as u64),
+            steady_from_s: from,
+            steady_to_s: to,
+            method: Some(Method::Mser5),
+            no_window,
+            set_by,
             in_flight_first_half: (a * 100.0).round() / 100.0,
             in_flight_second_half: (b * 100.0).round() / 100.0,
-            over_saturated: b > a * 1.2 && b - a >= 2.0,
+            over_saturated,
         })
     }
 }
@@ -220,9 +277,9 @@ mod tests {
 
     #[test]
     fn in_flight_and_saturation() {
-        // Steady: one request per 100 ms, each 300 ms long, for 10 s: about 3 in flight.
+        // Steady: one request per 100 ms, each 300 ms long, for 40 s: about 3 in flight.
         let mut s = SeriesBuilder::default();
-        for i in 0..100 {
+        for i in 0..400 {
             s.add(&rec(i * 100 + 10, i * 100 + 310));
         }
         let series = s.finish();
@@ -231,7 +288,16 @@ mod tests {
         assert_eq!(series[5].ttft_mean_ms, Some(50.0));
         let st = s.steadiness(&series).unwrap();
         assert!(!st.over_saturated, "{st:?}");
-        assert_eq!(st.steady_from_s, Some(1));
+        // nothing to cut; the last send's second (39, a part second) is left out
+        assert_eq!((st.steady_from_s, st.steady_to_s), (Some(0), Some(38)), "{st:?}");
+        assert_eq!(st.window_ms(), Some((0.0, 39_000.0)));
+        // the same for 10 s: too short for MSER-5
+        let mut s = SeriesBuilder::default();
+        for i in 0..100 {
+            s.add(&rec(i * 100 + 10, i * 100 + 310));
+        }
+        let st = s.steadiness(&s.finish()).unwrap();
+        assert_eq!((st.steady_from_s, st.no_window), (None, Some(NoWindow::TooShort)), "{st:?}");
         // Saturated: one request per 100 ms, each lasting longer than the one before.
         let mut s = SeriesBuilder::default();
         for i in 0..100 {
@@ -241,6 +307,34 @@ mod tests {
         let st = s.steadiness(&series).unwrap();
         assert!(st.over_saturated, "{st:?}");
         assert!(st.in_flight_second_half > st.in_flight_first_half * 1.2);
+        assert_eq!((st.steady_from_s, st.no_window), (None, Some(NoWindow::OverSaturated)));
+    }
+
+    /// A server slow for its first 7 s (TTFT 400 ms, then 50 ms) at a steady 10 requests a
+    /// second: TTFT and requests in flight (6.5, then 3) settle at the first batch after the
+    /// slow seconds (second 10); the first signal listed names the cut.
+    #[test]
+    fn a_slow_start_is_cut_where_its_latency_settles() {
+        let d = Duration::from_millis;
+        let mut s = SeriesBuilder::default();
+        for i in 0..400u64 {
+            let (sent, ttft) = (i * 100, if i < 70 { 400 } else { 50 });
+            s.add(&RequestRecord::from_observation(Observation {
+                intended: d(sent),
+                started: d(sent),
+                sent: Some(d(sent)),
+                first_token: Some(d(sent + ttft)),
+                end: d(sent + ttft + 250),
+                streamed: true,
+                token_chunks: 4,
+                ..Observation::default()
+            }));
+        }
+        let series = s.finish();
+        let st = s.steadiness(&series).unwrap();
+        assert_eq!((st.steady_from_s, st.steady_to_s), (Some(10), Some(38)), "{st:?}");
+        assert_eq!(st.set_by, Some(Signal::InFlight));
+        assert_eq!(st.method, Some(Method::Mser5));
     }
 
     /// Each gap falls in the second its later token arrived; failed requests add none.

@@ -83,8 +83,9 @@ pub fn figure(v: Option<f64>) -> String {
 
 /// The columns of a sweep table after the load column: (header, key in sweep.json steps),
 /// for steps that generate (chat, completions, transcriptions...).
-pub const SWEEP_COLUMNS: [(&str, &str); 9] = [
+pub const SWEEP_COLUMNS: [(&str, &str); 10] = [
     ("req/s", "request_throughput"),
+    ("steady r/s", "steady_request_throughput"),
     ("req/min", "requests_per_minute"),
     ("out tok/s", "output_token_throughput"),
     ("E2E p50", "e2e_p50_ms"),
@@ -97,8 +98,9 @@ pub const SWEEP_COLUMNS: [(&str, &str); 9] = [
 
 /// The columns of a sweep table of steps that embed or rank: inputs instead of tokens, and
 /// no first token or gaps.
-pub const INPUT_SWEEP_COLUMNS: [(&str, &str); 9] = [
+pub const INPUT_SWEEP_COLUMNS: [(&str, &str); 10] = [
     ("req/s", "request_throughput"),
+    ("steady r/s", "steady_request_throughput"),
     ("req/min", "requests_per_minute"),
     ("inputs/s", "input_throughput"),
     ("in tok/s", "input_token_throughput"),

@@ -6,11 +6,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use quetta_metrics::series::{Second, SeriesBuilder};
+use quetta_metrics::series::{Second, SeriesBuilder, Steadiness};
 use quetta_metrics::{Aggregate, RequestRecord, SloSet};
 use serde::{Deserialize, Serialize};
 
-use crate::summary::{RunSettings, Summary, Target, SCHEMA_VERSION};
+use crate::summary::{RunSettings, SteadySummary, Summary, Target, SCHEMA_VERSION};
 
 /// Reading or writing a results directory failed.
 #[derive(Debug, thiserror::Error)]
@@ -351,9 +351,41 @@ impl RunDir {
         s.sent = sent;
         s.notes = notes;
         s.steady_state = series.steadiness(&second);
+        if let Some(st) = &s.steady_state {
+            s.steady = self.steady(st, slos.as_ref(), &percentiles)?;
+        }
         s.shard = m_shard;
         self.write_summary(&s)?;
         Ok(s)
+    }
+
+    /// The figures over the steady window `st` found (docs/METRICS.md, Steady state): one
+    /// streamed pass over `requests.jsonl`, folding the requests sent in the window, with
+    /// rates over the window's length. `None` without a window.
+    pub fn steady(
+        &self,
+        st: &Steadiness,
+        slos: Option<&SloSet>,
+        percentiles: &[f64],
+    ) -> Result<Option<Box<SteadySummary>>, ReportError> {
+        let (Some((from, to)), Some(method)) = (st.window_ms(), st.method) else {
+            return Ok(None);
+        };
+        let init = || Aggregate::new(slos.cloned());
+        let (parts, _) = self.fold_records(init, |agg, r| {
+            let at = r.sent_offset_ms.unwrap_or(r.intended_offset_ms);
+            if (from..to).contains(&at) {
+                agg.add(&r);
+            }
+        })?;
+        let mut agg = init();
+        for a in &parts {
+            agg.merge(a);
+        }
+        (agg.window_start_ms, agg.window_end_ms) = (Some(from), Some(to));
+        let (from_s, to_s) = (st.steady_from_s.unwrap_or(0), st.steady_to_s.unwrap_or(0));
+        let metrics = agg.summary(percentiles);
+        Ok(Some(Box::new(SteadySummary { from_s, to_s, method, metrics })))
     }
 
     /// `report.html` and `report.pdf` of this run or sweep directory; their paths.

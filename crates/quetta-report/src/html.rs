@@ -331,6 +331,23 @@ fn metric_table_html(s: &mut String, sum: &crate::Summary) {
     s.push_str("</table>");
 }
 
+/// The steady window and its figures beside the whole run's (docs/METRICS.md, Steady state).
+fn steady_html(s: &mut String, sum: &Summary) {
+    let Some((head, rows)) = crate::terminal::steady_view(sum) else { return };
+    let _ = write!(s, "<p class=\"steady\"><b>Steady state:</b> {}</p>", esc(&head));
+    if rows.is_empty() {
+        return;
+    }
+    s.push_str(
+        "<table class=\"steady\"><tr><th></th><th>steady window</th><th>whole run</th></tr>",
+    );
+    for [name, x, y] in rows {
+        let _ =
+            write!(s, "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", esc(&name), esc(&x), esc(&y));
+    }
+    s.push_str("</table>");
+}
+
 fn config_table(s: &mut String, sum: &Summary) {
     s.push_str("<table class=\"kv\">");
     let t = &sum.target;
@@ -447,6 +464,7 @@ fn run_section(s: &mut String, r: &RunData, heading: &str) {
     }
     highlights(s, &run_highlights(&r.summary));
     metric_table_html(s, &r.summary);
+    steady_html(s, &r.summary);
     for c in run_charts(r) {
         s.push_str(&svg(&c, 940.0, 300.0));
     }

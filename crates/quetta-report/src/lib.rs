@@ -37,7 +37,7 @@ pub use note::Note;
 pub use summary::{
     ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, PartialReason,
     RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary,
-    SimSettings, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
+    SimSettings, SteadySummary, Summary, Target, PREDICTED_BACKEND, SCHEMA_VERSION, SUMMARY_SCHEMA,
 };
 pub use sweep::{SloProbe, SloReport, SweepKind, SweepReport, SweepStep};
 pub use terminal::{

@@ -305,6 +305,7 @@ impl Fold {
     ) -> Result<Summary, ReportError> {
         let m = &parts[0].manifest;
         let metrics = self.agg.summary(&m.percentiles);
+        let slos = self.agg.slos.clone();
         let second = self.series.finish();
         dir.write_series(&second)?;
         let sums = |f: fn(&Summary) -> u64| {
@@ -379,6 +380,9 @@ impl Fold {
         });
         s.sessions = sessions;
         s.steady_state = self.series.steadiness(&second);
+        if let Some(st) = &s.steady_state {
+            s.steady = dir.steady(st, slos.as_ref(), &m.percentiles)?;
+        }
         s.shards = Some(ShardsSummary {
             count: parts[0].shard.count,
             start_unix_ns: parts.iter().find_map(|p| p.shard.start_unix_ns).or(base_ns),

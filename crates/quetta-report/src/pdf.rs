@@ -183,6 +183,15 @@ fn metric_rows(r: &RunData) -> Vec<Vec<String>> {
     rows
 }
 
+/// The steady window and the figures that differ over it, as the terminal shows them.
+fn steady_lines(p: &mut Page, r: &RunData) {
+    let Some((head, rows)) = crate::terminal::steady_view(&r.summary) else { return };
+    p.line(&format!("steady state: {head}"), 9.0);
+    for [name, x, y] in rows {
+        p.line(&format!("    {name}: {x} (whole run {y})"), 8.0);
+    }
+}
+
 const METRIC_WIDTHS: [f64; 9] = [50.0, 18.0, 20.0, 20.0, 20.0, 20.0, 20.0, 20.0, 20.0];
 
 fn config_lines(p: &mut Page, r: &RunData) {
@@ -232,6 +241,7 @@ fn run_pages(d: &mut Doc, mut p: Page, r: &RunData, heading: &str) {
     }
     p.y += 2.0;
     p.table(&metric_rows(r), &METRIC_WIDTHS, 8.0);
+    steady_lines(&mut p, r);
     error_lines(&mut p, m);
     note_lines(&mut p, &r.summary.notes);
     let charts = run_charts(r);
@@ -385,7 +395,7 @@ fn sweep_pages(d: &mut Doc, sw: &SweepData) {
         }
         rows.push(row);
     }
-    p.table(&rows, &[26.0, 24.0, 26.0, 26.0, 26.0, 26.0, 26.0, 26.0, 22.0, 22.0], 8.0);
+    p.table(&rows, &[24.0, 22.0, 22.0, 22.0, 24.0, 22.0, 22.0, 22.0, 22.0, 20.0, 20.0], 8.0);
     chart_grid(d, &sweep_charts(sw));
     for (i, r) in sw.steps.iter().enumerate() {
         let label = fmt(sw.sweep.steps.get(i).map(crate::SweepStep::value));

@@ -145,6 +145,9 @@ pub struct RunSettings {
 pub struct SimSettings {
     pub ttft_ms: f64,
     pub itl_ms: f64,
+    /// Its cold start, `SECONDS:FACTOR` (none without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_up: Option<String>,
 }
 
 /// How a multi-turn run paced its sessions.
@@ -263,6 +266,10 @@ pub struct Summary {
     /// per-second series in `timeseries.jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_state: Option<quetta_metrics::series::Steadiness>,
+    /// The run's figures again over its steady window only (`steady_state` says where it is
+    /// or why there is none), from the records of the requests sent in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady: Option<Box<SteadySummary>>,
     /// `--gpu-telemetry`: power and energy of the server's GPUs over the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
@@ -401,6 +408,18 @@ impl PartialReason {
     }
 }
 
+/// `steady` in `summary.json`: the figures of the requests sent in the steady window
+/// (docs/METRICS.md, Steady state), rates over the window's length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SteadySummary {
+    /// The window, seconds of the measured phase, inclusive: `[from_s, to_s + 1)`.
+    pub from_s: u64,
+    pub to_s: u64,
+    pub method: quetta_metrics::steady::Method,
+    #[serde(flatten)]
+    pub metrics: MetricsSummary,
+}
+
 /// How the sessions of a multi-turn run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionsSummary {
@@ -452,6 +471,7 @@ impl Summary {
             sessions: None,
             server_metrics: None,
             steady_state: None,
+            steady: None,
             gpu: None,
             shard: None,
             shards: None,

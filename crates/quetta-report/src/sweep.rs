@@ -52,8 +52,14 @@ pub struct SweepStep {
     #[serde(default)]
     pub planned: Option<u64>,
     pub request_throughput: f64,
+    /// The same over the step's steady window (docs/METRICS.md, Steady state), when it has
+    /// one: without its ramp-up and drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_request_throughput: Option<f64>,
     pub requests_per_minute: f64,
     pub output_token_throughput: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_output_token_throughput: Option<f64>,
     pub achieved_send_rate: Option<f64>,
     pub e2e_p50_ms: Option<f64>,
     pub e2e_p99_ms: Option<f64>,
@@ -95,8 +101,13 @@ impl SweepStep {
             failed: m.failed,
             planned: s.planned,
             request_throughput: m.request_throughput,
+            steady_request_throughput: s.steady.as_ref().map(|w| w.metrics.request_throughput),
             requests_per_minute: (m.request_throughput * 60.0 * 10.0).round() / 10.0,
             output_token_throughput: m.output_token_throughput,
+            steady_output_token_throughput: s
+                .steady
+                .as_ref()
+                .map(|w| w.metrics.output_token_throughput),
             achieved_send_rate: s.achieved_send_rate,
             e2e_p50_ms: m.e2e_ms.p50,
             e2e_p99_ms: m.e2e_ms.p99,
@@ -129,6 +140,12 @@ impl SweepStep {
         }
     }
 
+    /// The step's throughput as the peak ranks it: over its steady window where it has one
+    /// (ramp-up and drain lower a whole run's), else over the whole run.
+    pub fn peak_throughput(&self) -> f64 {
+        self.steady_request_throughput.unwrap_or(self.request_throughput)
+    }
+
     /// The varied value (concurrency or rate).
     pub fn value(&self) -> f64 {
         self.concurrency.or(self.rate).unwrap_or(0.0)
@@ -139,6 +156,7 @@ impl SweepStep {
         Some(match key {
             "concurrency" | "rate" => self.value(),
             "request_throughput" => self.request_throughput,
+            "steady_request_throughput" => return self.steady_request_throughput,
             "requests_per_minute" => self.requests_per_minute,
             "output_token_throughput" => self.output_token_throughput,
             "e2e_p50_ms" => return self.e2e_p50_ms,
@@ -176,7 +194,8 @@ pub struct SweepReport {
     pub schema_version: u32,
     pub kind: SweepKind,
     pub steps: Vec<SweepStep>,
-    /// The step with the highest request throughput among those not cut short.
+    /// The step with the highest request throughput among those not cut short (over each
+    /// step's steady window where it has one: [`SweepStep::peak_throughput`]).
     pub peak: Option<SweepStep>,
     pub total_errors: u64,
     /// Whether every step sent the same prompts.
@@ -200,7 +219,7 @@ impl SweepReport {
         let peak = steps
             .iter()
             .filter(|s| !s.partial)
-            .max_by(|x, y| x.request_throughput.total_cmp(&y.request_throughput))
+            .max_by(|x, y| x.peak_throughput().total_cmp(&y.peak_throughput()))
             .cloned();
         Self {
             schema_version: 1,
@@ -260,10 +279,16 @@ impl SweepReport {
             let inputs = p
                 .input_throughput
                 .map_or(String::new(), |i| format!(" ({} inputs/s)", figure(Some(i))));
+            let over = match p.steady_request_throughput {
+                Some(_) => {
+                    format!(" (steady window; whole run {})", figure(Some(p.request_throughput)))
+                }
+                None => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "peak       {} req/s{inputs} at {} {}",
-                figure(Some(p.request_throughput)),
+                "peak       {} req/s{over}{inputs} at {} {}",
+                figure(Some(p.peak_throughput())),
                 self.kind.as_str(),
                 figure(Some(p.value()))
             );

@@ -334,6 +334,78 @@ fn results_block(sum: &Summary) -> String {
     s
 }
 
+/// The steady window in words, and (name, steady figure, whole-run figure) for each figure
+/// that differs between the two: what the terminal, HTML and PDF show of `steady`.
+pub(crate) fn steady_view(sum: &Summary) -> Option<(String, Vec<[String; 3]>)> {
+    let Some(st) = &sum.steady_state else {
+        return (sum.metrics.completed > 0)
+            .then(|| ("no window: the sending phase was too short to judge".into(), Vec::new()));
+    };
+    if let Some(why) = st.no_window {
+        return Some((format!("no window: {}", why.words()), Vec::new()));
+    }
+    let (a, b) = (st.steady_from_s?, st.steady_to_s?);
+    let by =
+        st.set_by.map_or(String::new(), |x| format!(", warm-up ended last in {}", signal_name(x)));
+    let Some(w) = &sum.steady else {
+        return Some((
+            format!("seconds {a} to {b} (MSER-5{by}); no records to measure it"),
+            Vec::new(),
+        ));
+    };
+    let (m, all) = (&w.metrics, &sum.metrics);
+    let head =
+        format!("seconds {a} to {b} (MSER-5{by}): {} requests sent in it", m.completed + m.failed);
+    let mut rows = Vec::new();
+    let mut row = |name: &str, x: String, y: String| {
+        if x != y {
+            rows.push([name.to_owned(), x, y]);
+        }
+    };
+    let rate = |v: f64| format!("{v:.2}");
+    row("requests/s", rate(m.request_throughput), rate(all.request_throughput));
+    if sum.target.kind.generates() {
+        row("output tok/s", rate(m.output_token_throughput), rate(all.output_token_throughput));
+    }
+    let pp = |st: &Stats| format!("p50 {} p99 {}", cell(st.p50), cell(st.p99));
+    for ((name, x), (_, y)) in latency_rows_of(m, sum).into_iter().zip(latency_rows_of(all, sum)) {
+        if x.count > 0 {
+            row(&format!("{name} (ms)"), pp(x), pp(y));
+        }
+    }
+    Some((head, rows))
+}
+
+/// The `steady` lines of the terminal summary.
+fn steady_lines(sum: &Summary) -> String {
+    let mut s = String::new();
+    let Some((head, rows)) = steady_view(sum) else { return s };
+    let _ = writeln!(s, "steady     {head}");
+    for [name, x, y] in rows {
+        let _ = writeln!(s, "           {name:<16}{x:>26}   whole run {y}");
+    }
+    s
+}
+
+/// The main latency metrics of a set of figures, for the steady lines.
+fn latency_rows_of<'a>(m: &'a MetricsSummary, sum: &Summary) -> Vec<(&'static str, &'a Stats)> {
+    if sum.target.kind.generates() {
+        vec![("TTFT", &m.ttft_ms), ("TPOT", &m.tpot_ms), ("ITL", &m.itl_ms), ("E2E", &m.e2e_ms)]
+    } else {
+        vec![("E2E", &m.e2e_ms)]
+    }
+}
+
+fn signal_name(x: quetta_metrics::steady::Signal) -> &'static str {
+    use quetta_metrics::steady::Signal;
+    match x {
+        Signal::InFlight => "requests in flight",
+        Signal::Ttft => "TTFT",
+        Signal::Itl => "ITL",
+        _ => "a signal",
+    }
+}
+
 /// The `client` line: the client's CPU and memory, and how much of the run it took.
 fn client_line(sum: &Summary) -> String {
     // milliseconds below a second: a short run's CPU is not "0.00 s"
@@ -463,16 +535,13 @@ pub fn render_summary(sum: &Summary, output_dir: Option<&Path>) -> String {
     if let Some(st) = &sum.steady_state {
         let _ = writeln!(
             s,
-            "load       in flight {:.1} (first half) -> {:.1} (second half){}{}",
+            "load       in flight {:.1} (first half) -> {:.1} (second half){}",
             st.in_flight_first_half,
             st.in_flight_second_half,
-            match (st.steady_from_s, st.steady_to_s) {
-                (Some(a), Some(b)) if !st.over_saturated => format!(", steady from {a} s to {b} s"),
-                _ => String::new(),
-            },
             if st.over_saturated { "; OVER-SATURATED: the server does not keep up" } else { "" }
         );
     }
+    s.push_str(&steady_lines(sum));
     if let Some(sm) = &sum.server_metrics {
         let _ = writeln!(s, "server     {}", server_line(sm));
     }

@@ -129,9 +129,36 @@ pub struct SimConfig {
     pub token_counter: Option<TokenCounter>,
     /// Numbers per embedding (and per pooled output) the simulator answers with.
     pub embedding_dim: usize,
+    /// A cold start: for a while after the first generation request arrives, every TTFT and
+    /// gap between tokens is longer (not for the twin, whose model has its own times).
+    pub warm_up: Option<WarmUp>,
     /// The API key every generation request must carry, where its protocol carries it
     /// (`Authorization: Bearer`; Anthropic's `x-api-key`); `None` takes any request.
     pub api_key: Option<String>,
+}
+
+/// A server's cold start: for `lasts` after the first generation request arrives, its TTFT
+/// and gaps between tokens are `slowdown` times their configured length (kernels compiling,
+/// caches filling). `SECONDS:FACTOR` in text, e.g. `6:4`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WarmUp {
+    pub lasts: Duration,
+    pub slowdown: f64,
+}
+
+impl std::str::FromStr for WarmUp {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: expected SECONDS:FACTOR, e.g. 6:4 (4 times slower for 6 s)");
+        let (a, b) = s.split_once(':').ok_or_else(bad)?;
+        let secs: f64 = a.trim().parse().map_err(|_| bad())?;
+        let slowdown: f64 = b.trim().parse().map_err(|_| bad())?;
+        if !(secs.is_finite() && secs > 0.0 && slowdown.is_finite() && slowdown >= 1.0) {
+            return Err(format!("{s:?}: the seconds must be above 0 and the factor at least 1"));
+        }
+        Ok(Self { lasts: Duration::from_secs_f64(secs), slowdown })
+    }
 }
 
 /// A prompt-text token counter (a real tokenizer, given by the embedder).
@@ -170,6 +197,7 @@ impl Default for SimConfig {
             server_model: None,
             token_counter: None,
             embedding_dim: 384,
+            warm_up: None,
             api_key: None,
         }
     }
@@ -272,9 +300,19 @@ pub(crate) struct Shared {
     /// Stored Responses (`store: true`): each one's conversation with its reply, for
     /// `previous_response_id`.
     pub(crate) responses: Mutex<std::collections::HashMap<String, Vec<serde_json::Value>>>,
+    /// When the first generation request arrived (the warm-up counts from it).
+    pub(crate) first_arrival: std::sync::OnceLock<Instant>,
 }
 
 impl Shared {
+    /// How many times slower than configured the simulator is at `t` (its warm-up).
+    pub(crate) fn slowdown(&self, t: Instant) -> f64 {
+        match (self.cfg.warm_up, self.first_arrival.get()) {
+            (Some(w), Some(&first)) if t.saturating_duration_since(first) < w.lasts => w.slowdown,
+            _ => 1.0,
+        }
+    }
+
     pub(crate) fn ns(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
@@ -380,6 +418,7 @@ impl Simulator {
         let shared = Arc::new(Shared {
             twin: twin_tx,
             responses: Mutex::default(),
+            first_arrival: std::sync::OnceLock::new(),
             epoch: Instant::now(),
             epoch_unix_ns: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
             seq: std::sync::atomic::AtomicU64::new(0),

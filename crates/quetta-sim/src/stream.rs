@@ -166,11 +166,16 @@ impl SimStream {
 
     pub(crate) fn gap(&mut self) -> Duration {
         let cfg = &self.sh.cfg;
-        if cfg.itl_jitter.is_zero() {
-            return cfg.itl;
+        let gap = if cfg.itl_jitter.is_zero() {
+            cfg.itl
+        } else {
+            let j = cfg.itl_jitter.as_secs_f64() * (2.0 * self.rng.f64() - 1.0);
+            Duration::from_secs_f64((cfg.itl.as_secs_f64() + j).max(0.0))
+        };
+        if cfg.warm_up.is_none() {
+            return gap;
         }
-        let j = cfg.itl_jitter.as_secs_f64() * (2.0 * self.rng.f64() - 1.0);
-        Duration::from_secs_f64((cfg.itl.as_secs_f64() + j).max(0.0))
+        gap.mul_f64(self.sh.slowdown(Instant::now()))
     }
 
     /// Append `k` generated words, space-separated (no leading space).

@@ -612,6 +612,9 @@ impl Benchmark {
             summary.partial_reason = Some(quetta_report::PartialReason::StoppedByShard0);
         }
         let series = outcome.series;
+        if let (Some(d), Some(st)) = (&dir, &summary.steady_state) {
+            summary.steady = d.steady(st, self.slos.as_ref(), &self.percentiles)?;
+        }
         if let Some(d) = &dir {
             d.write_series(&series)?;
             d.write_summary(&summary)?;

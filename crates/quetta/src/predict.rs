@@ -385,9 +385,12 @@ impl Benchmark {
         if let Some(d) = &dir {
             d.write_manifest(&manifest)?;
         }
-        let summary =
+        let mut summary =
             crate::summary::assemble(&self, &outcome, settings, target, notes, None, (None, None));
         if let Some(d) = &dir {
+            if let Some(st) = &summary.steady_state {
+                summary.steady = d.steady(st, self.slos.as_ref(), &self.percentiles)?;
+            }
             d.write_series(&outcome.series)?;
             d.write_summary(&summary)?;
         }

@@ -84,6 +84,7 @@ fn settings_of(
         TargetKind::Simulator(s) if s.server_model.is_none() => Some(SimSettings {
             ttft_ms: s.ttft.as_secs_f64() * 1e3,
             itl_ms: s.itl.as_secs_f64() * 1e3,
+            warm_up: s.warm_up.map(|w| format!("{}:{}", w.lasts.as_secs_f64(), w.slowdown)),
         }),
         _ => None,
     };

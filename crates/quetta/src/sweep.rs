@@ -217,11 +217,14 @@ impl Sweep {
                         Some(format!("the max-throughput step (concurrency {concurrency}): {why}"));
                     return Ok(Vec::new());
                 }
-                let max = Some(r.summary.metrics.request_throughput)
-                    .filter(|m| *m > 0.0)
-                    .ok_or_else(|| Error::NothingCompleted {
-                        step: format!("the max-throughput step (concurrency {concurrency})"),
-                    })?;
+                // over its steady window where it has one: ramp-up and drain lower it
+                let whole = r.summary.metrics.request_throughput;
+                let max =
+                    Some(r.summary.steady.as_ref().map_or(whole, |w| w.metrics.request_throughput))
+                        .filter(|m| *m > 0.0)
+                        .ok_or_else(|| Error::NothingCompleted {
+                            step: format!("the max-throughput step (concurrency {concurrency})"),
+                        })?;
                 notes.push(Note::MaxThroughput { concurrency: *concurrency, req_per_s: max });
                 let n = (*steps).max(1);
                 Ok((1..=n).map(|i| (max * i as f64 / n as f64 * 1000.0).round() / 1000.0).collect())
