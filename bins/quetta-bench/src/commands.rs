@@ -232,6 +232,14 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         print!("{}", rt.block_on(b.plan())?);
         return Ok(ExitCode::SUCCESS);
     }
+    if let Some(n) = a.load.num_runs.filter(|&n| n > 1) {
+        return repeat(a, b, &rt, n);
+    }
+    if a.load.same_prompts {
+        eprintln!(
+            "warning: --same-prompts applies to sweeps and to --num-runs; one run ignores it"
+        );
+    }
     let r = if a.twin.predict {
         let model = b
             .target
@@ -263,6 +271,55 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(exit(verdict(&r.summary, a.output.min_success_rate)))
+}
+
+/// `quetta-bench run --num-runs N`: the repeats (a line each), then the figures across them.
+fn repeat(
+    a: &RunArgs,
+    mut b: Benchmark,
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+) -> Result<ExitCode> {
+    if a.twin.predict || b.sharding.is_some() {
+        bail!("--num-runs repeats a measured run: not with --predict, --shard or --shards");
+    }
+    if b.output_dir.is_none() {
+        b.output_dir = Some(RunDir::default_path("repeats"));
+    }
+    banner(a);
+    let display = Arc::new(Display::start(rt, &b, a.output.quiet));
+    let mut r = quetta::Repeats::new(b, n);
+    r.same_prompts = a.load.same_prompts;
+    r.pause = a.load.pause_between.unwrap_or_default();
+    r.on_step = Some(say(&display));
+    let out = rt.block_on(r.run());
+    if let Ok(d) = Arc::try_unwrap(display) {
+        d.finish();
+    }
+    let out = out?;
+    for (i, r) in out.runs.iter().enumerate() {
+        let m = &r.summary.metrics;
+        let partial =
+            quetta::report::partial_label(&r.summary).map_or(String::new(), |p| format!(" ({p})"));
+        println!(
+            "run {}    {} completed, {} failed, {:.2} req/s, TTFT p99 {} ms{partial}",
+            i + 1,
+            m.completed,
+            m.failed,
+            m.request_throughput,
+            m.ttft_ms.p99.map_or("-".into(), |v| format!("{v:.3}"))
+        );
+    }
+    print!("{}", out.report.render(out.dir.as_deref()));
+    if a.output.json {
+        println!("{}", serde_json::to_string_pretty(&out.report)?);
+    }
+    let worst = out.runs.iter().find_map(|r| r.summary.failure(a.output.min_success_rate));
+    if let Some(why) = worst {
+        eprintln!("error: {}", why.replace("is below", "is below --min-success-rate"));
+        return Ok(exit(ExitCode::from(1)));
+    }
+    Ok(exit(ExitCode::SUCCESS))
 }
 
 /// Exit 1, saying why, when the run failed (`Summary::failure`).
@@ -310,9 +367,6 @@ pub struct SweepArgs {
     /// Rates spread up to the measured maximum (--rates auto).
     #[arg(long, default_value_t = 5)]
     auto_steps: usize,
-    /// Use the same prompts in every step (by default each step draws fresh ones).
-    #[arg(long)]
-    same_prompts: bool,
 }
 
 /// The base benchmark of a sweep or search (no default directory per step: the command's).
@@ -320,6 +374,9 @@ fn base(a: &RunArgs, kind: &str) -> Result<Benchmark> {
     let mut b = a.to_benchmark()?;
     if b.sharding.is_some() {
         bail!("a {kind} is not sharded (--shard, --shards): shard the run of one step instead");
+    }
+    if a.load.num_runs.is_some_and(|n| n > 1) {
+        bail!("--num-runs repeats a run; a {kind}'s steps are not repeated");
     }
     b.output_dir = Some(a.output.output_dir.clone().unwrap_or_else(|| RunDir::default_path(kind)));
     Ok(b)
@@ -357,7 +414,7 @@ pub fn sweep(a: SweepArgs) -> Result<ExitCode> {
     let dir = b.output_dir.clone();
     let display = Arc::new(Display::start(&rt, &b, a.run.output.quiet));
     let mut s = Sweep::new(b, steps);
-    s.same_prompts = a.same_prompts;
+    s.same_prompts = a.run.load.same_prompts;
     s.on_step = Some(say(&display));
     let report = rt.block_on(s.run());
     if let Ok(d) = Arc::try_unwrap(display) {
@@ -403,6 +460,9 @@ pub struct SloArgs {
 
 pub fn slo(a: SloArgs) -> Result<ExitCode> {
     let mut b = base(&a.run, "slo")?;
+    if a.run.load.same_prompts {
+        eprintln!("warning: --same-prompts: an SLO search's probes each draw their own prompts");
+    }
     let objectives = b
         .slos
         .take()

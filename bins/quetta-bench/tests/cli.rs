@@ -521,6 +521,32 @@ fn every_subcommand_takes_its_flags_and_writes_its_files() {
     );
     let o = run(&["report", sw.to_str().unwrap()]);
     assert!(o.status.success() && sw.join("report.pdf").is_file(), "{}", text(&o));
+    // --num-runs: the repeats, each a run directory, and repeats.json by its schema
+    let rp = d.join("repeats");
+    let o = run(&[
+        "run",
+        "--num-runs",
+        "2",
+        "--num-requests",
+        "6",
+        "--output-len",
+        "4",
+        "--output-dir",
+        rp.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("== Quetta repeats: 2 of 2 runs =="), "{}", text(&o));
+    let r = json(&rp.join("repeats.json"));
+    common::valid(include_str!("../../../docs/schema/repeats.schema.json"), &r);
+    for i in 1..=2 {
+        let s = json(&rp.join(format!("run-{i}/summary.json")));
+        common::valid(common::SUMMARY_SCHEMA, &s);
+        assert_eq!(r["runs"][i - 1]["completed"], s["completed"]);
+    }
+    // a sweep's steps are not repeated: refused, not ignored
+    let o = run(&["sweep", "--concurrencies", "1", "--num-runs", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--num-runs repeats a run"), "{}", text(&o));
     // the slo command refuses per-request thresholds, pointing at the run-level form
     let o = run(&["slo", "--slo", "ttft:500ms", "--output-dir", d.join("slo").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));

@@ -185,6 +185,17 @@ pub struct LoadArgs {
     /// Measured requests to send (default 100 when no --duration is given; a trace: all).
     #[arg(help_heading = "Load", long, value_parser = positive_u64)]
     pub num_requests: Option<u64>,
+    /// Repeat the run this many times: run-1/ … run-N/ in the output directory, and
+    /// repeats.json with each figure's mean, spread and 95% confidence interval across them.
+    #[arg(help_heading = "Load", long, value_parser = positive_usize)]
+    pub num_runs: Option<usize>,
+    /// Wait this long between repeats (--num-runs): seconds, or 500ms, 1m.
+    #[arg(help_heading = "Load", long, value_parser = duration_arg, requires = "num_runs")]
+    pub pause_between: Option<Duration>,
+    /// Send the same prompts in every step of a sweep or repeat of a run (by default each
+    /// draws fresh ones).
+    #[arg(help_heading = "Load", long)]
+    pub same_prompts: bool,
     /// vLLM's count of prompts: the requests, or with --random-batch-size the inputs
     /// (requests = prompts / batch size, rounded up).
     #[arg(help_heading = "Load", long, value_parser = positive_u64, conflicts_with = "num_requests")]

@@ -38,6 +38,7 @@ pub fn flag_name(s: Setting) -> Option<&'static str> {
         S::Pacing => "--pacing",
         S::InputsPerRequest => "--random-batch-size",
         S::NumRequests => "--num-requests",
+        S::NumRuns => "--num-runs",
         S::Duration => "--duration",
         S::Concurrency => "--concurrency",
         S::RequestRate => "--request-rate",

@@ -42,6 +42,7 @@ pub enum Setting {
     InputsPerRequest,
     // the load and the run
     NumRequests,
+    NumRuns,
     Duration,
     Concurrency,
     RequestRate,
@@ -96,6 +97,7 @@ impl Setting {
             S::Pacing => "the sessions' pacing",
             S::InputsPerRequest => "WorkloadSpec.inputs_per_request",
             S::NumRequests => "Benchmark.requests",
+            S::NumRuns => "Repeats.runs",
             S::Duration => "Benchmark.duration",
             S::Concurrency => "Benchmark.load (a closed loop's concurrency)",
             S::RequestRate => "Benchmark.load (an open loop's rate)",

@@ -3,7 +3,8 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use statrs::distribution::{ContinuousCDF, Normal};
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// The median (the mean of the two middle values for an even count); `None` when empty.
 pub fn median(v: &[f64]) -> Option<f64> {
@@ -135,8 +136,87 @@ pub fn bootstrap_median_delta(
     Some((at(0.025), at(0.975)))
 }
 
+/// One figure across repeated runs (docs/METRICS.md, Repeated runs): its mean, sample
+/// standard deviation (n − 1), coefficient of variation (stddev ÷ |mean|) and the Student-t
+/// 95 % confidence interval of the mean, `mean ± t(0.975, n − 1) · stddev / √n`. With one
+/// value there is no spread: those are absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AcrossRuns {
+    pub n: u32,
+    pub mean: f64,
+    pub stddev: Option<f64>,
+    pub cv: Option<f64>,
+    pub ci95_low: Option<f64>,
+    pub ci95_high: Option<f64>,
+}
+
+impl AcrossRuns {
+    /// Of these values (`None` when there are none).
+    pub fn of(v: &[f64]) -> Option<Self> {
+        if v.is_empty() {
+            return None;
+        }
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        if v.len() < 2 {
+            let (stddev, cv, ci95_low, ci95_high) = (None, None, None, None);
+            return Some(Self { n: 1, mean, stddev, cv, ci95_low, ci95_high });
+        }
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let sd = var.sqrt();
+        let t = StudentsT::new(0.0, 1.0, n - 1.0).map_or(f64::NAN, |d| d.inverse_cdf(0.975));
+        let half = t * sd / n.sqrt();
+        Some(Self {
+            n: v.len() as u32,
+            mean,
+            stddev: Some(sd),
+            cv: (mean != 0.0).then(|| sd / mean.abs()),
+            ci95_low: Some(mean - half),
+            ci95_high: Some(mean + half),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// The t quantile from the published table (t(0.975, 4) = 2.776445), not statrs.
+    #[test]
+    fn across_runs_by_the_t_table() {
+        let a = super::AcrossRuns::of(&[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        let half = 2.776_445 * 2.5f64.sqrt() / 5f64.sqrt();
+        assert_eq!((a.n, a.mean), (5, 3.0));
+        assert!((a.stddev.unwrap() - 2.5f64.sqrt()).abs() < 1e-12);
+        assert!((a.ci95_low.unwrap() - (3.0 - half)).abs() < 1e-5, "{a:?}");
+        assert!((a.ci95_high.unwrap() - (3.0 + half)).abs() < 1e-5, "{a:?}");
+        assert!((a.cv.unwrap() - 2.5f64.sqrt() / 3.0).abs() < 1e-12);
+        let one = super::AcrossRuns::of(&[7.0]).unwrap();
+        assert_eq!((one.mean, one.stddev, one.ci95_low), (7.0, None, None));
+        assert!(super::AcrossRuns::of(&[]).is_none());
+    }
+
+    /// A proper coverage check: 10,000 seeded samples of 5 normal values (Box-Muller from
+    /// ChaCha8): the interval holds the true mean in 95 % of them (binomial standard error
+    /// 0.22 %: within 0.9 % is 4 standard errors).
+    #[test]
+    fn intervals_cover_the_mean_95_percent_of_the_time() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut normal = || {
+            let (u1, u2): (f64, f64) = (rng.gen::<f64>().max(1e-300), rng.gen());
+            (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        };
+        let n = 10_000;
+        let covered = (0..n)
+            .filter(|_| {
+                let v: Vec<f64> = (0..5).map(|_| 10.0 + 2.0 * normal()).collect();
+                let a = super::AcrossRuns::of(&v).unwrap();
+                a.ci95_low.unwrap() <= 10.0 && 10.0 <= a.ci95_high.unwrap()
+            })
+            .count();
+        let share = covered as f64 / f64::from(n);
+        assert!((share - 0.95).abs() < 0.009, "coverage {share}");
+    }
+
     use super::*;
 
     /// All values up to the cap, then a sample of the cap whose every part of the stream is

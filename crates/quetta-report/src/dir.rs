@@ -95,8 +95,9 @@ pub mod files {
     pub const CSV: &str = "requests.csv";
     pub const PARQUET: &str = "requests.parquet";
     pub const VLLM: &str = "vllm_result.json";
+    pub const REPEATS: &str = "repeats.json";
     /// Every file Quetta writes into a run directory (what overwriting removes, and only that).
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         MANIFEST,
         REQUESTS,
         SUMMARY,
@@ -112,9 +113,10 @@ pub mod files {
         CSV,
         PARQUET,
         VLLM,
+        REPEATS,
     ];
     /// The files whose presence means the directory holds a run.
-    pub const RUN: [&str; 5] = [MANIFEST, REQUESTS, SUMMARY, SWEEP, SLO];
+    pub const RUN: [&str; 6] = [MANIFEST, REQUESTS, SUMMARY, SWEEP, SLO, REPEATS];
 }
 
 /// A results directory.
@@ -405,8 +407,8 @@ impl RunDir {
 }
 
 /// Remove what Quetta wrote in `path` before, and only that: its own files, and the step
-/// directories of an earlier sweep or search (`step-*` holding a `run.json`), so that an
-/// overwritten sweep shows no stale step.
+/// directories of an earlier sweep or search (`step-*` holding a `run.json`) and the repeats
+/// of a repeated run (`run-*`), so that an overwritten sweep shows no stale step.
 fn remove_own(path: &Path) -> Result<(), ReportError> {
     for f in files::ALL {
         let p = path.join(f);
@@ -417,7 +419,8 @@ fn remove_own(path: &Path) -> Result<(), ReportError> {
     let Ok(entries) = fs::read_dir(path) else { return Ok(()) };
     for e in entries.flatten() {
         let p = e.path();
-        let step = e.file_name().to_string_lossy().starts_with("step-");
+        let name = e.file_name().to_string_lossy().into_owned();
+        let step = name.starts_with("step-") || name.starts_with("run-");
         if step && p.is_dir() && p.join(files::MANIFEST).is_file() {
             remove_own(&p)?;
             // empty now unless it held files of the user's: then it stays

@@ -21,6 +21,7 @@ mod merge;
 mod note;
 pub mod parquet;
 pub mod pdf;
+mod repeats;
 mod summary;
 mod sweep;
 mod terminal;
@@ -34,6 +35,7 @@ pub use dir::{
 };
 pub use merge::{merge, MergeOptions};
 pub use note::Note;
+pub use repeats::{RepeatFigure, RepeatRun, RepeatsReport};
 pub use summary::{
     ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, PartialReason,
     RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary,
@@ -54,6 +56,7 @@ pub mod schema {
     pub const REQUEST: &str = include_str!("../../../docs/schema/request.schema.json");
     pub const SERIES: &str = include_str!("../../../docs/schema/timeseries.schema.json");
     pub const SWEEP: &str = include_str!("../../../docs/schema/sweep.schema.json");
+    pub const REPEATS: &str = include_str!("../../../docs/schema/repeats.schema.json");
     pub const SLO: &str = include_str!("../../../docs/schema/slo.schema.json");
     pub const COMPARE: &str = include_str!("../../../docs/schema/compare.schema.json");
     pub const CORRECTNESS: &str = include_str!("../../../docs/schema/correctness.schema.json");
@@ -96,6 +99,14 @@ impl RunDir {
 
     pub fn read_sweep(&self) -> Result<SweepReport, ReportError> {
         dir::read_json(&self.file(files::SWEEP))
+    }
+
+    pub fn write_repeats(&self, r: &RepeatsReport) -> Result<(), ReportError> {
+        dir::write_json(&self.file(files::REPEATS), r)
+    }
+
+    pub fn read_repeats(&self) -> Result<RepeatsReport, ReportError> {
+        dir::read_json(&self.file(files::REPEATS))
     }
 
     pub fn write_slo(&self, r: &SloReport) -> Result<(), ReportError> {

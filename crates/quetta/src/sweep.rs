@@ -37,6 +37,8 @@ pub enum Step {
     Sweep { index: usize, of: usize, kind: SweepKind, value: f64 },
     /// Probe `index` (from 1) of an SLO search, at `value` (a rate or a concurrency).
     Probe { index: usize, over: SearchOver, value: f64 },
+    /// Repeat `index` (from 1) of `of` of a repeated run.
+    Repeat { index: usize, of: usize },
 }
 
 impl Step {
@@ -46,6 +48,7 @@ impl Step {
             Step::MaxThroughput { .. } => "max throughput".into(),
             Step::Sweep { index, of, .. } => format!("step {index}/{of}"),
             Step::Probe { index, .. } => format!("slo probe {index}"),
+            Step::Repeat { index, of } => format!("run {index}/{of}"),
         }
     }
 }
@@ -63,6 +66,7 @@ impl std::fmt::Display for Step {
                 let name = if *over == SearchOver::Rate { "rate" } else { "concurrency" };
                 write!(f, "slo probe {index}: {name} {value}")
             }
+            Step::Repeat { index, of } => write!(f, "repeat {index} of {of}"),
         }
     }
 }
@@ -120,7 +124,7 @@ impl std::fmt::Debug for Sweep {
 }
 
 /// The seed of step `i` (fresh prompts unless the same ones are asked for).
-fn step_seed(base: u64, i: usize, same: bool) -> u64 {
+pub(crate) fn step_seed(base: u64, i: usize, same: bool) -> u64 {
     if same {
         base
     } else {
@@ -130,18 +134,18 @@ fn step_seed(base: u64, i: usize, same: bool) -> u64 {
 
 /// A sweep's or search's directory, made only once its first step has passed every check
 /// (a refused configuration leaves nothing behind); nothing without an output directory.
-struct OutDir {
+pub(crate) struct OutDir {
     want: Option<(PathBuf, bool)>,
     made: Option<RunDir>,
 }
 
 impl OutDir {
-    fn of(base: &Benchmark) -> Self {
+    pub(crate) fn of(base: &Benchmark) -> Self {
         Self { want: base.output_dir.clone().map(|d| (d, base.overwrite)), made: None }
     }
 
     /// The directory, made now if it is not yet.
-    fn get(&mut self) -> Result<Option<&RunDir>> {
+    pub(crate) fn get(&mut self) -> Result<Option<&RunDir>> {
         if self.made.is_none() {
             if let Some((d, overwrite)) = &self.want {
                 self.made = Some(RunDir::create(d, *overwrite)?);
@@ -152,7 +156,7 @@ impl OutDir {
 }
 
 /// Run `b` on `c` in `out/name` (nothing written without a directory).
-async fn step(
+pub(crate) async fn step(
     b: &Benchmark,
     c: &Connected,
     out: &mut OutDir,

@@ -1,0 +1,181 @@
+//! `repeats.json`: a run repeated (`run-1/` … `run-N/`, each an ordinary run directory), and
+//! each figure's mean, spread and 95 % confidence interval across the repeats
+//! (docs/METRICS.md, Repeated runs).
+
+use std::fmt::Write as _;
+
+use quetta_metrics::stats::AcrossRuns;
+use quetta_metrics::{MetricsSummary, Stats};
+use serde::{Deserialize, Serialize};
+
+use crate::summary::Summary;
+
+/// One repeat: where it is and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepeatRun {
+    /// Its run directory (empty when nothing was written).
+    pub dir: String,
+    pub seed: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Cut short (Ctrl-C, out of workload): its figures are not in the statistics.
+    pub partial: bool,
+}
+
+/// One figure across the repeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepeatFigure {
+    /// Its key: a top-level figure of `summary.json` (`request_throughput`), a metric's
+    /// statistic (`ttft_ms.p99`), or either over the steady window (`steady.ttft_ms.p99`).
+    pub figure: String,
+    /// Each whole repeat's value, in order (`null`: the repeat had none).
+    pub values: Vec<Option<f64>>,
+    /// Over the repeats that have one.
+    #[serde(flatten)]
+    pub across: AcrossRuns,
+}
+
+/// `repeats.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepeatsReport {
+    pub schema_version: u32,
+    /// Repeats asked for.
+    pub planned: u32,
+    pub runs: Vec<RepeatRun>,
+    /// Whether every repeat sent the same prompts.
+    pub same_prompts: bool,
+    /// The figures across the whole (not partial) repeats.
+    pub figures: Vec<RepeatFigure>,
+    /// Every whole repeat's requests as one run: their aggregates merged, rates over the sum
+    /// of their durations.
+    pub pooled: Option<MetricsSummary>,
+    /// Fewer repeats ran to their end than were planned (Ctrl-C).
+    pub partial: bool,
+}
+
+/// One statistic of a metric's figures.
+type Stat = fn(&Stats) -> Option<f64>;
+
+/// The statistics of each metric that `repeats.json` carries.
+const STATS: [(&str, Stat); 4] =
+    [("mean", |s| s.mean), ("p50", |s| s.p50), ("p90", |s| s.p90), ("p99", |s| s.p99)];
+
+/// (key, value) of every figure of one set of figures.
+fn figures_of(m: &MetricsSummary, prefix: &str) -> Vec<(String, Option<f64>)> {
+    let mut v = vec![
+        (format!("{prefix}request_throughput"), Some(m.request_throughput)),
+        (format!("{prefix}output_token_throughput"), Some(m.output_token_throughput)),
+    ];
+    let metrics = [
+        ("ttft_ms", &m.ttft_ms),
+        ("tpot_ms", &m.tpot_ms),
+        ("itl_ms", &m.itl_ms),
+        ("e2e_ms", &m.e2e_ms),
+    ];
+    for (name, st) in metrics {
+        for (k, f) in STATS {
+            v.push((format!("{prefix}{name}.{k}"), f(st).filter(|_| st.count > 0)));
+        }
+    }
+    v
+}
+
+impl RepeatsReport {
+    /// The report of these repeats' summaries (`None`: the repeat wrote none).
+    pub fn new(planned: u32, runs: Vec<(RepeatRun, Summary)>, same_prompts: bool) -> Self {
+        let whole: Vec<&Summary> =
+            runs.iter().filter(|(r, _)| !r.partial).map(|(_, s)| s).collect();
+        let mut keys: Vec<Vec<(String, Option<f64>)>> =
+            whole.iter().map(|s| figures_of(&s.metrics, "")).collect();
+        // the steady figures where every whole repeat has a steady window
+        if !whole.is_empty() && whole.iter().all(|s| s.steady.is_some()) {
+            for (k, s) in keys.iter_mut().zip(&whole) {
+                k.extend(figures_of(&s.steady.as_ref().expect("checked").metrics, "steady."));
+            }
+        }
+        let figures = match keys.first() {
+            None => Vec::new(),
+            Some(first) => (0..first.len())
+                .filter_map(|i| {
+                    let values: Vec<Option<f64>> = keys.iter().map(|k| k[i].1).collect();
+                    let present: Vec<f64> = values.iter().flatten().copied().collect();
+                    let across = AcrossRuns::of(&present)?;
+                    Some(RepeatFigure { figure: first[i].0.clone(), values, across })
+                })
+                .collect(),
+        };
+        let pooled = whole.split_first().map(|(first, rest)| {
+            let mut agg = first.aggregate.clone();
+            for s in rest {
+                agg.merge(&s.aggregate);
+            }
+            let secs: f64 = whole.iter().map(|s| s.metrics.duration_s).sum();
+            (agg.window_start_ms, agg.window_end_ms) = (Some(0.0), Some(secs * 1e3));
+            agg.summary(&[])
+        });
+        let partial = whole.len() < planned as usize;
+        Self {
+            schema_version: 1,
+            planned,
+            runs: runs.into_iter().map(|(r, _)| r).collect(),
+            same_prompts,
+            figures,
+            pooled,
+            partial,
+        }
+    }
+
+    /// A figure by its key.
+    pub fn figure(&self, key: &str) -> Option<&RepeatFigure> {
+        self.figures.iter().find(|f| f.figure == key)
+    }
+
+    /// The terminal table: each figure's mean, spread and interval.
+    pub fn render(&self, dir: Option<&std::path::Path>) -> String {
+        let whole = self.runs.iter().filter(|r| !r.partial).count();
+        let mut s = format!("\n== Quetta repeats: {whole} of {} runs ==\n", self.planned);
+        let _ = writeln!(
+            s,
+            "{:<32}{:>12}{:>12}{:>9}{:>26}",
+            "figure", "mean", "stddev", "CV", "95% CI of the mean"
+        );
+        let num = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+        for f in &self.figures {
+            let a = &f.across;
+            let ci = match (a.ci95_low, a.ci95_high) {
+                (Some(l), Some(h)) => format!("[{l:.3}, {h:.3}]"),
+                _ => "-".into(),
+            };
+            let cv = a.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0));
+            let _ = writeln!(
+                s,
+                "{:<32}{:>12}{:>12}{:>9}{:>26}",
+                f.figure,
+                format!("{:.3}", a.mean),
+                num(a.stddev),
+                cv,
+                ci
+            );
+        }
+        if let Some(p) = &self.pooled {
+            let _ = writeln!(
+                s,
+                "pooled     {} completed, {} failed, {:.2} req/s; TTFT p50 {} p99 {} ms; E2E p50 {} p99 {} ms",
+                p.completed,
+                p.failed,
+                p.request_throughput,
+                num(p.ttft_ms.p50),
+                num(p.ttft_ms.p99),
+                num(p.e2e_ms.p50),
+                num(p.e2e_ms.p99)
+            );
+        }
+        if self.partial {
+            let _ = writeln!(s, "PARTIAL    {whole} of {} repeats ran to their end", self.planned);
+        }
+        if let Some(d) = dir {
+            let _ = writeln!(s, "results    {}", d.display());
+        }
+        s
+    }
+}

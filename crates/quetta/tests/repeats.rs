@@ -1,0 +1,67 @@
+//! A run repeated (`Repeats`, `quetta-bench run --num-runs`): each repeat an ordinary run
+//! directory, `repeats.json` by its schema, and the 95 % confidence interval of a mean that
+//! the simulator sets covering it (docs/METRICS.md, Repeated runs).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{json, tmpdir, validate, validate_run_dir};
+use quetta::{Benchmark, Load, Repeats, SimConfig, Target, WorkloadSpec};
+
+/// Gaps between tokens of 5 ms ± 2 ms (uniform): their mean is 5 ms. Five repeats of five
+/// runs each (20 requests of 19 gaps a run): the interval of `itl_ms.mean` across a repeat's
+/// runs holds 5 ms in at least 4 of the 5 (a right 95 % interval does so with probability
+/// 0.977). The simulator's draws are seeded (seed k + 1 for repeat k), so which intervals
+/// hold it does not change from one test run to the next beyond microseconds of timing (here:
+/// all but repeat 3's, whose interval [5.018, 5.077] misses by 0.018 ms). The statistics'
+/// own coverage is checked on 10,000 samples in `quetta-metrics` (stats.rs).
+#[test]
+fn intervals_across_repeats_cover_the_simulators_mean() {
+    let mut covered = 0;
+    for k in 0..5 {
+        let sim = SimConfig {
+            ttft: Duration::from_millis(2),
+            itl: Duration::from_millis(5),
+            itl_jitter: Duration::from_millis(2),
+            seed: k + 1,
+            ..SimConfig::default()
+        };
+        let base = Benchmark::new(Target::simulator(sim))
+            .workload(WorkloadSpec::synthetic(8, 20))
+            .load(Load::closed(4))
+            .requests(20);
+        let d = tmpdir(&format!("repeats-{k}"));
+        let out = Repeats::new(base.output_dir(&d), 5).run_blocking().unwrap();
+        let r = &out.report;
+        assert_eq!((r.planned, r.runs.len(), r.partial), (5, 5, false));
+        // fresh prompts in every run: five seeds
+        let mut seeds: Vec<u64> = r.runs.iter().map(|x| x.seed).collect();
+        seeds.dedup();
+        assert_eq!(seeds.len(), 5);
+        validate(quetta::report::schema::REPEATS, &json(&d.join("repeats.json")), "repeats.json");
+        // each run's own summary, read from its directory
+        let means: Vec<f64> = (1..=5)
+            .map(|i| {
+                let run = d.join(format!("run-{i}"));
+                validate_run_dir(&run);
+                json(&run.join("summary.json"))["itl_ms"]["mean"].as_f64().unwrap()
+            })
+            .collect();
+        let f = r.figure("itl_ms.mean").unwrap();
+        assert_eq!(f.values, means.iter().map(|&m| Some(m)).collect::<Vec<_>>());
+        // the interval by hand: t(0.975, 4) = 2.776445 from the table
+        let mean = means.iter().sum::<f64>() / 5.0;
+        let sd = (means.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / 4.0).sqrt();
+        let half = 2.776_445 * sd / 5f64.sqrt();
+        let (lo, hi) = (f.across.ci95_low.unwrap(), f.across.ci95_high.unwrap());
+        assert!((lo - (mean - half)).abs() < 1e-6 && (hi - (mean + half)).abs() < 1e-6);
+        covered += u32::from(lo <= 5.0 && 5.0 <= hi);
+        eprintln!("repeat {k}: itl_ms.mean {mean:.4} ms, 95% CI [{lo:.4}, {hi:.4}]");
+        // pooled: every run's requests as one
+        let pooled = r.pooled.as_ref().unwrap();
+        assert_eq!(pooled.completed, 100);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    assert!(covered >= 4, "the intervals held 5 ms in {covered} of 5 repeats");
+}
