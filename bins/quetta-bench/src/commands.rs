@@ -291,6 +291,11 @@ fn repeat(
     let mut r = quetta::Repeats::new(b, n);
     r.same_prompts = a.load.same_prompts;
     r.pause = a.load.pause_between.unwrap_or_default();
+    r.until_ci = a.load.until_ci.map(|w| {
+        let f = &a.load.ci_figures;
+        let default = ["request_throughput", "ttft_ms.p99", "tpot_ms.p99"];
+        (w, if f.is_empty() { default.map(String::from).to_vec() } else { f.clone() })
+    });
     r.on_step = Some(say(&display));
     let out = rt.block_on(r.run());
     if let Ok(d) = Arc::try_unwrap(display) {

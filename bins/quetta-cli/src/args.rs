@@ -9,9 +9,9 @@ use quetta::Protocol;
 
 use crate::values::{
     backend_parser, duration_arg, endpoint_arg, endpoint_type_arg, header_arg, key_value_arg,
-    positive_f64, positive_u64, positive_usize, rate_arg, speed_arg, ArrivalArg, Backend,
-    BedrockApiArg, DatasetArg, DatasetName, Endpoint, HistoryArg, KserveTensorsArg, ModalityArg,
-    ModeArg, PacingArg, PayloadArg, SessionArg, TraceArg, VertexApiArg,
+    positive_f64, positive_u64, positive_usize, rate_arg, share_arg, speed_arg, ArrivalArg,
+    Backend, BedrockApiArg, DatasetArg, DatasetName, Endpoint, HistoryArg, KserveTensorsArg,
+    ModalityArg, ModeArg, PacingArg, PayloadArg, SessionArg, TraceArg, VertexApiArg,
 };
 
 /// Flags of the managed backends.
@@ -189,6 +189,14 @@ pub struct LoadArgs {
     /// repeats.json with each figure's mean, spread and 95% confidence interval across them.
     #[arg(help_heading = "Load", long, value_parser = positive_usize)]
     pub num_runs: Option<usize>,
+    /// With --num-runs N as the most: stop repeating once every --ci-figures figure's 95%
+    /// interval is within this share of its mean (2% or 0.02), after 3 runs at least.
+    #[arg(help_heading = "Load", long, value_parser = share_arg, requires = "num_runs")]
+    pub until_ci: Option<f64>,
+    /// The figures --until-ci judges, as repeats.json names them (default:
+    /// request_throughput,ttft_ms.p99,tpot_ms.p99).
+    #[arg(help_heading = "Load", long, value_delimiter = ',', requires = "until_ci")]
+    pub ci_figures: Vec<String>,
     /// Wait this long between repeats (--num-runs): seconds, or 500ms, 1m.
     #[arg(help_heading = "Load", long, value_parser = duration_arg, requires = "num_runs")]
     pub pause_between: Option<Duration>,

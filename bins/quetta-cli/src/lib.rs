@@ -39,6 +39,7 @@ pub fn flag_name(s: Setting) -> Option<&'static str> {
         S::InputsPerRequest => "--random-batch-size",
         S::NumRequests => "--num-requests",
         S::NumRuns => "--num-runs",
+        S::UntilCi => "--until-ci",
         S::Duration => "--duration",
         S::Concurrency => "--concurrency",
         S::RequestRate => "--request-rate",

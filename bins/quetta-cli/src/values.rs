@@ -28,6 +28,18 @@ pub fn speed_arg(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A share: `2%` or `0.02` (above 0, at most 1).
+pub fn share_arg(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+        None => t.parse::<f64>(),
+    };
+    v.ok()
+        .filter(|v| v.is_finite() && *v > 0.0 && *v <= 1.0)
+        .ok_or_else(|| format!("{s:?} is not a share like 2% or 0.02"))
+}
+
 pub fn positive_f64(s: &str) -> Result<f64, String> {
     let v = s.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
     v.ok_or_else(|| format!("{s:?} must be a positive number"))

@@ -43,6 +43,7 @@ pub enum Setting {
     // the load and the run
     NumRequests,
     NumRuns,
+    UntilCi,
     Duration,
     Concurrency,
     RequestRate,
@@ -98,6 +99,7 @@ impl Setting {
             S::InputsPerRequest => "WorkloadSpec.inputs_per_request",
             S::NumRequests => "Benchmark.requests",
             S::NumRuns => "Repeats.runs",
+            S::UntilCi => "Repeats.until_ci",
             S::Duration => "Benchmark.duration",
             S::Concurrency => "Benchmark.load (a closed loop's concurrency)",
             S::RequestRate => "Benchmark.load (an open loop's rate)",

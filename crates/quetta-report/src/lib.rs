@@ -35,7 +35,7 @@ pub use dir::{
 };
 pub use merge::{merge, MergeOptions};
 pub use note::Note;
-pub use repeats::{RepeatFigure, RepeatRun, RepeatsReport};
+pub use repeats::{RepeatFigure, RepeatRun, RepeatsReport, UntilCi};
 pub use summary::{
     ArrivalKind, ClientStats, HistoryKind, Host, LoadKind, Mode, PacingKind, PartialReason,
     RunSettings, SessionSettings, SessionsSummary, ShardResult, ShardRun, ShardsSummary,

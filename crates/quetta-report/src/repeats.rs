@@ -51,6 +51,45 @@ pub struct RepeatsReport {
     pub pooled: Option<MetricsSummary>,
     /// Fewer repeats ran to their end than were planned (Ctrl-C).
     pub partial: bool,
+    /// Repeats until the intervals are narrow enough (`planned` is then the most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ci: Option<UntilCi>,
+}
+
+/// Repeat until every one of `figures` has a 95 % interval whose half-width is at most
+/// `half_width` of its mean (docs/METRICS.md, Repeated runs), from [`UntilCi::MIN_RUNS`]
+/// repeats on, up to the planned number.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UntilCi {
+    /// The half-width asked for, a share of the mean (0.02: ±2 %).
+    pub half_width: f64,
+    pub figures: Vec<String>,
+    /// Whether every figure's interval got that narrow.
+    pub met: bool,
+}
+
+impl UntilCi {
+    /// Fewest repeats before the intervals are judged: two values agreeing by chance give a
+    /// narrow interval too often.
+    pub const MIN_RUNS: usize = 3;
+
+    /// The figures of `r` still wider than asked (a figure without an interval counts).
+    pub fn wide<'a>(half_width: f64, figures: &'a [String], r: &RepeatsReport) -> Vec<&'a str> {
+        figures
+            .iter()
+            .filter(|f| {
+                let Some(x) = r.figure(f) else { return true };
+                let a = &x.across;
+                match (a.ci95_low, a.ci95_high) {
+                    (Some(l), Some(h)) if a.mean != 0.0 => {
+                        (h - l) / 2.0 / a.mean.abs() > half_width
+                    }
+                    _ => true,
+                }
+            })
+            .map(String::as_str)
+            .collect()
+    }
 }
 
 /// One statistic of a metric's figures.
@@ -122,7 +161,16 @@ impl RepeatsReport {
             figures,
             pooled,
             partial,
+            until_ci: None,
         }
+    }
+
+    /// The keys of every figure a report can carry (whole run, then steady window).
+    pub fn figure_names() -> Vec<String> {
+        let m = quetta_metrics::Aggregate::new(None).summary(&[]);
+        let mut v: Vec<String> = figures_of(&m, "").into_iter().map(|(k, _)| k).collect();
+        v.extend(figures_of(&m, "steady.").into_iter().map(|(k, _)| k));
+        v
     }
 
     /// A figure by its key.
@@ -133,7 +181,10 @@ impl RepeatsReport {
     /// The terminal table: each figure's mean, spread and interval.
     pub fn render(&self, dir: Option<&std::path::Path>) -> String {
         let whole = self.runs.iter().filter(|r| !r.partial).count();
-        let mut s = format!("\n== Quetta repeats: {whole} of {} runs ==\n", self.planned);
+        let mut s = match &self.until_ci {
+            Some(_) => format!("\n== Quetta repeats: {whole} runs (at most {}) ==\n", self.planned),
+            None => format!("\n== Quetta repeats: {whole} of {} runs ==\n", self.planned),
+        };
         let _ = writeln!(
             s,
             "{:<32}{:>12}{:>12}{:>9}{:>26}",
@@ -168,6 +219,15 @@ impl RepeatsReport {
                 num(p.ttft_ms.p99),
                 num(p.e2e_ms.p50),
                 num(p.e2e_ms.p99)
+            );
+        }
+        if let Some(u) = &self.until_ci {
+            let _ = writeln!(
+                s,
+                "until-ci   ±{:.1}% on {}: {}",
+                u.half_width * 100.0,
+                u.figures.join(", "),
+                if u.met { "met" } else { "NOT met within the planned repeats" }
             );
         }
         if self.partial {

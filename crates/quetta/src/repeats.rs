@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use quetta_engine::setting::Setting as S;
-use quetta_report::{RepeatRun, RepeatsReport};
+use quetta_report::{RepeatRun, RepeatsReport, UntilCi};
 
 use crate::sweep::{step, step_seed, OnStep, OutDir, Step};
 use crate::{BenchReport, Benchmark, Error, Result};
@@ -29,6 +29,9 @@ pub struct Repeats {
     pub same_prompts: bool,
     /// Wait this long between repeats (a stop during it ends the repeats at once).
     pub pause: Duration,
+    /// Stop before `runs` once every one of these figures' 95 % interval is at most this
+    /// half-width (a share of its mean): `runs` is then the most.
+    pub until_ci: Option<(f64, Vec<String>)>,
     pub on_step: Option<OnStep>,
 }
 
@@ -54,7 +57,14 @@ pub struct RepeatsOutcome {
 
 impl Repeats {
     pub fn new(base: Benchmark, runs: usize) -> Self {
-        Self { base, runs, same_prompts: false, pause: Duration::ZERO, on_step: None }
+        Self {
+            base,
+            runs,
+            same_prompts: false,
+            pause: Duration::ZERO,
+            until_ci: None,
+            on_step: None,
+        }
     }
 
     /// Run every repeat; stop after a repeat (or during a pause) when the run was stopped,
@@ -62,6 +72,9 @@ impl Repeats {
     pub async fn run(self) -> Result<RepeatsOutcome> {
         if self.runs == 0 {
             return Err(Error::invalid(S::NumRuns, "give at least 1 run"));
+        }
+        if let Some((w, figures)) = &self.until_ci {
+            check_until_ci(*w, figures, self.runs)?;
         }
         let c = self.base.target.connect().await?;
         let mut out = OutDir::of(&self.base);
@@ -93,11 +106,17 @@ impl Repeats {
             let ended = s.workload_failure().is_some();
             rows.push((row, s.clone()));
             reports.push(r);
-            if ended {
+            if ended || self.narrow_enough(&rows) {
                 break;
             }
         }
-        let report = RepeatsReport::new(self.runs as u32, rows, self.same_prompts);
+        let mut report = RepeatsReport::new(self.runs as u32, rows, self.same_prompts);
+        if let Some((w, figures)) = &self.until_ci {
+            let met = UntilCi::wide(*w, figures, &report).is_empty();
+            report.until_ci = Some(UntilCi { half_width: *w, figures: figures.clone(), met });
+            // stopping early is no shortfall
+            report.partial &= !met;
+        }
         let dir = match out.get()? {
             Some(d) => {
                 d.write_repeats(&report)?;
@@ -108,8 +127,40 @@ impl Repeats {
         Ok(RepeatsOutcome { report, runs: reports, dir })
     }
 
+    /// With `until_ci`: whether the whole repeats so far give narrow enough intervals.
+    fn narrow_enough(&self, rows: &[(RepeatRun, quetta_report::Summary)]) -> bool {
+        let Some((w, figures)) = &self.until_ci else { return false };
+        let whole = rows.iter().filter(|(r, _)| !r.partial).count();
+        if whole < UntilCi::MIN_RUNS {
+            return false;
+        }
+        let r = RepeatsReport::new(self.runs as u32, rows.to_vec(), self.same_prompts);
+        UntilCi::wide(*w, figures, &r).is_empty()
+    }
+
     /// Run on a runtime of its own.
     pub fn run_blocking(self) -> Result<RepeatsOutcome> {
         crate::runtime(self.base.threads)?.block_on(self.run())
     }
+}
+
+/// The figures `until_ci` names must be figures a report carries, its half-width a share
+/// above 0, and the repeats enough to judge.
+fn check_until_ci(w: f64, figures: &[String], runs: usize) -> Result<()> {
+    if !(w.is_finite() && w > 0.0) {
+        return Err(Error::invalid(S::UntilCi, "give a half-width above 0, e.g. 2%"));
+    }
+    let known = RepeatsReport::figure_names();
+    if let Some(f) = figures.iter().find(|f| !known.contains(f)) {
+        let msg = format!("{f:?} is no figure of repeats.json (e.g. request_throughput, ttft_ms.p99, steady.e2e_ms.p50)");
+        return Err(Error::invalid(S::UntilCi, msg));
+    }
+    if figures.is_empty() {
+        return Err(Error::invalid(S::UntilCi, "name at least one figure"));
+    }
+    if runs < UntilCi::MIN_RUNS {
+        let (a, b, n) = (S::UntilCi, S::NumRuns, UntilCi::MIN_RUNS);
+        return Err(Error::conflict(a, b, format!("{a} needs {b} of {n} or more")));
+    }
+    Ok(())
 }

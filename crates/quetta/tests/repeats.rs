@@ -65,3 +65,31 @@ fn intervals_across_repeats_cover_the_simulators_mean() {
     }
     assert!(covered >= 4, "the intervals held 5 ms in {covered} of 5 repeats");
 }
+
+/// `until_ci`: a target the simulator's steady throughput meets stops at the third run (the
+/// fewest judged); one nothing meets (a mean, exact, never equal in four runs to 1e-12) runs
+/// to the most and says so; an unknown figure is
+/// refused before anything runs.
+#[test]
+fn until_ci_stops_once_the_intervals_are_narrow() {
+    let base = common::quick(12).load(Load::closed(4));
+    let d = tmpdir("until-ci");
+    let mut r = Repeats::new(base.clone().output_dir(&d), 6);
+    r.until_ci = Some((0.5, vec!["request_throughput".into()]));
+    let out = r.run_blocking().unwrap();
+    let u = out.report.until_ci.as_ref().unwrap();
+    assert!(u.met);
+    assert_eq!((out.report.runs.len(), out.report.partial), (3, false));
+    validate(quetta::report::schema::REPEATS, &json(&d.join("repeats.json")), "repeats.json");
+    let _ = std::fs::remove_dir_all(&d);
+    let mut r = Repeats::new(base.clone(), 4);
+    r.until_ci = Some((1e-12, vec!["ttft_ms.mean".into()]));
+    let out = r.run_blocking().unwrap();
+    assert_eq!(out.report.runs.len(), 4);
+    assert!(!out.report.until_ci.as_ref().unwrap().met);
+    assert!(out.report.render(None).contains("NOT met within the planned repeats"));
+    let mut r = Repeats::new(base, 4);
+    r.until_ci = Some((0.02, vec!["ttft_p99".into()]));
+    let e = r.run_blocking().unwrap_err().to_string();
+    assert!(e.contains("\"ttft_p99\" is no figure of repeats.json"), "{e}");
+}
