@@ -77,6 +77,12 @@ pub struct MetricComparison {
     /// [`COMPARE_SAMPLE`] and was sampled (the medians stay those of every request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<[usize; 2]>,
+    /// Both sides repeated: Welch's test of the figure's per-run values (a per-request
+    /// metric's per-run median, a throughput) between the sides, and the repeats on each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_runs_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<[usize; 2]>,
 }
 
 /// `compare.json` (written into the candidate's directory).
@@ -143,6 +149,9 @@ impl CompareReport {
                 m.relative_delta * 100.0,
                 m.verdict.as_deref().unwrap_or("(one value per run: no test)")
             );
+            if let (Some(p), Some([x, y])) = (m.between_runs_p, m.runs) {
+                let _ = writeln!(out, "{:<22}between runs ({x} vs {y} repeats): p {p:.2e}", "");
+            }
         }
         for n in &self.notes {
             let _ = writeln!(out, "note       {n}");
@@ -182,9 +191,8 @@ fn value(r: &RequestRecord, metric: usize) -> Option<f64> {
     }
 }
 
-/// The summary's median of a metric of [`PER_REQUEST`] (its histogram, 3 significant digits).
-fn summary_median(s: &Summary, metric: usize) -> Option<f64> {
-    let m = &s.metrics;
+/// The figures' median of a metric of [`PER_REQUEST`] (its histogram, 3 significant digits).
+fn summary_median(m: &quetta_metrics::MetricsSummary, metric: usize) -> Option<f64> {
     match metric {
         0 => m.ttft_ms.p50,
         1 => m.tpot_ms.p50,
@@ -215,6 +223,8 @@ pub struct CompareSide {
     /// A vLLM result file: its model, date (`YYYYMMDD-HHMMSS`), label, and whether it held
     /// per-request latencies.
     vllm: Option<VllmSide>,
+    /// A repeated run: its figures across the repeats.
+    repeats: Option<Box<crate::RepeatsReport>>,
 }
 
 #[derive(Debug, Clone)]
@@ -257,7 +267,9 @@ impl CompareSide {
     /// [`CompareSide::open`] keeping at most `sample` values per metric for the tests (all
     /// of them up to `sample`, a seeded uniform sample beyond).
     pub fn open_with(path: &std::path::Path, sample: usize) -> Result<Self, ReportError> {
-        if path.is_dir() {
+        if path.join(crate::files::REPEATS).is_file() {
+            Self::read_repeats(path, sample)
+        } else if path.is_dir() {
             Self::read_run(&RunDir::open(path)?, sample)
         } else {
             let text = std::fs::read_to_string(path)
@@ -288,7 +300,7 @@ impl CompareSide {
             if values[i].whole() {
                 median(&values[i].kept)
             } else {
-                summary_median(&s, i)
+                summary_median(&s.metrics, i)
             }
         });
         Ok(Self {
@@ -300,7 +312,56 @@ impl CompareSide {
             input_throughput: (!s.target.kind.generates()).then_some(s.metrics.input_throughput),
             summary: Some(Box::new(s)),
             vllm: None,
+            repeats: None,
         })
+    }
+
+    /// A repeated run: the requests of every whole repeat pooled (their medians, the pooled
+    /// throughputs), and each repeat's own figures for the tests between runs.
+    fn read_repeats(path: &std::path::Path, sample: usize) -> Result<Self, ReportError> {
+        let rep = RunDir::open(path)?.read_repeats()?;
+        let dirs: Vec<std::path::PathBuf> = (1..=rep.runs.len())
+            .filter(|i| !rep.runs[i - 1].partial)
+            .map(|i| path.join(format!("run-{i}")))
+            .collect();
+        let Some((first, rest)) = dirs.split_first() else {
+            let why = format!("{}: no repeat ran to its end", path.display());
+            return Err(ReportError::Invalid(why));
+        };
+        let mut side = Self::read_run(&RunDir::open(first)?, sample)?;
+        for d in rest {
+            RunDir::open(d)?.for_each_record(|r| {
+                if r.ok() {
+                    for (i, v) in side.values.iter_mut().enumerate() {
+                        if let Some(x) = value(&r, i) {
+                            v.push(x);
+                        }
+                    }
+                }
+            })?;
+        }
+        if let Some(p) = &rep.pooled {
+            side.medians = [0, 1, 2, 3, 4].map(|i| {
+                let v = &side.values[i];
+                if v.whole() {
+                    median(&v.kept)
+                } else {
+                    summary_median(p, i)
+                }
+            });
+            side.request_throughput = p.request_throughput;
+            side.output_token_throughput = p.output_token_throughput;
+            side.input_throughput = side.input_throughput.map(|_| p.input_throughput);
+        }
+        side.path = path.display().to_string();
+        side.repeats = Some(Box::new(rep));
+        Ok(side)
+    }
+
+    /// A figure's value in each whole repeat (`None`: not a repeated run, or no such figure).
+    fn per_run(&self, figure: &str) -> Option<Vec<f64>> {
+        let f = self.repeats.as_ref()?.figure(figure)?;
+        Some(f.values.iter().flatten().copied().collect())
     }
 
     /// A `vllm bench serve --save-result --save-detailed` file: per request its TTFT, its
@@ -381,6 +442,7 @@ impl CompareSide {
                 label: v.label,
                 had_latencies: v.latencies.is_some(),
             }),
+            repeats: None,
         })
     }
 
@@ -522,6 +584,25 @@ fn context_notes(
     (notes, stale)
 }
 
+/// The figure of `repeats.json` whose per-run values stand for each metric of
+/// [`PER_REQUEST`] in the test between runs (a run's median; none for the two that
+/// `repeats.json` does not carry).
+const BETWEEN: [Option<&str>; 5] =
+    [Some("ttft_ms.p50"), Some("tpot_ms.p50"), None, Some("e2e_ms.p50"), None];
+
+/// Both sides repeated: Welch's p-value of `figure`'s per-run values, and the repeats on each
+/// side.
+fn between_runs(
+    b: &CompareSide,
+    c: &CompareSide,
+    figure: Option<&str>,
+) -> Option<(f64, [usize; 2])> {
+    let f = figure?;
+    let (x, y) = (b.per_run(f)?, c.per_run(f)?);
+    let p = quetta_metrics::stats::welch_p(&x, &y)?;
+    Some((p, [x.len(), y.len()]))
+}
+
 /// Per metric of [`PER_REQUEST`]: the bootstrap interval of the difference of medians and
 /// the Mann-Whitney p-value over the kept values (`None` with fewer than 2 on a side), the
 /// metrics on threads of their own (the bootstrap is the cost of a comparison).
@@ -574,6 +655,11 @@ pub fn compare_sides(
         )));
     }
     let (mut notes, stale) = context_notes(b, c, opts);
+    notes.push(match (&b.repeats, &c.repeats) {
+        (Some(_), Some(_)) => crate::Note::ComparedRepeats,
+        (None, None) => crate::Note::OneRunPerSide,
+        _ => crate::Note::RepeatsOnOneSide,
+    });
     if !diff.is_empty() {
         notes.insert(0, crate::Note::SettingsDiffer(diff));
     }
@@ -587,7 +673,10 @@ pub fn compare_sides(
             continue;
         };
         let rel = if mx > 0.0 { (my - mx) / mx } else { 0.0 };
-        let significant = p < opts.alpha && (lo > 0.0 || hi < 0.0);
+        // repeated on both sides: the runs' medians must differ too, beyond their spread
+        let between = between_runs(b, c, BETWEEN[i]);
+        let significant =
+            p < opts.alpha && (lo > 0.0 || hi < 0.0) && between.is_none_or(|(q, _)| q < opts.alpha);
         let verdict = match (significant, rel > 0.0) {
             (true, true) => "slower (significant)",
             (true, false) => "faster (significant)",
@@ -609,6 +698,8 @@ pub fn compare_sides(
             verdict: Some(verdict.into()),
             n: Some([x.seen, y.seen]),
             sampled: (!x.whole() || !y.whole()).then_some([x.kept.len(), y.kept.len()]),
+            between_runs_p: between.map(|(q, _)| q),
+            runs: between.map(|(_, n)| n),
         });
     }
     // the second throughput is of what the runs produce: output tokens, or inputs for runs
@@ -618,19 +709,36 @@ pub fn compare_sides(
         _ => ("output_token_throughput", b.output_token_throughput, c.output_token_throughput),
     };
     for (k, x, y) in [("request_throughput", b.request_throughput, c.request_throughput), volume] {
+        let rel = if x > 0.0 { (y - x) / x } else { 0.0 };
+        // one value per run: a test only between repeats
+        let between = between_runs(b, c, Some(k));
+        let significant = between.map(|(q, _)| q < opts.alpha);
+        let verdict = significant.map(|sig| match (sig, rel < 0.0) {
+            (true, true) => "lower (significant)",
+            (true, false) => "higher (significant)",
+            (false, _) => "no significant change",
+        });
+        if significant == Some(true)
+            && rel < 0.0
+            && opts.fail_on_regression.is_none_or(|t| -rel > t)
+        {
+            regressions.push(format!("{k} {:.1}%", rel * 100.0));
+        }
         metrics.push(MetricComparison {
             metric: k.into(),
             baseline_median: None,
             candidate_median: None,
             baseline: Some(x),
             candidate: Some(y),
-            relative_delta: if x > 0.0 { (y - x) / x } else { 0.0 },
+            relative_delta: rel,
             ci95: None,
             p_value: None,
-            significant: None,
-            verdict: None,
+            significant,
+            verdict: verdict.map(String::from),
             n: None,
             sampled: None,
+            between_runs_p: between.map(|(q, _)| q),
+            runs: between.map(|(_, n)| n),
         });
     }
     Ok(CompareReport {

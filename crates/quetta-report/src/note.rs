@@ -160,6 +160,12 @@ pub enum Note {
     DifferentModels { baseline: String, candidate: String },
     /// The baseline is older than the limit.
     StaleBaseline { days: u64, max_days: u64 },
+    /// A comparison of two single runs: its tests see requests within each run only.
+    OneRunPerSide,
+    /// A comparison where one side was repeated and the other not: no test between runs.
+    RepeatsOnOneSide,
+    /// A comparison of two repeated runs: significance needs the runs to differ too.
+    ComparedRepeats,
     /// Any other note, in its words.
     Text(String),
 }
@@ -301,6 +307,9 @@ impl fmt::Display for Note {
             Note::DifferentEngines { baseline, candidate } => write!(f, "different engines: {baseline} vs {candidate}"),
             Note::DifferentModels { baseline, candidate } => write!(f, "different models: {baseline} vs {candidate}"),
             Note::StaleBaseline { days, max_days } => write!(f, "the baseline is stale: {days} days old (older than {max_days} days)"),
+            Note::OneRunPerSide => f.write_str("one run per side: the tests see how requests spread within each run, not how much the same setup moves from run to run (server state, caches, placement), so a significant change may be one run's luck; repeat each side to test between runs (docs/METRICS.md, Repeated runs)"),
+            Note::RepeatsOnOneSide => f.write_str("only one side was repeated: nothing to test between runs; the tests see requests within runs only"),
+            Note::ComparedRepeats => f.write_str("both sides repeated: requests pooled over their repeats, and a change is significant only when the runs' own figures differ too (Welch's test between runs)"),
             Note::Text(t) => f.write_str(t),
         }
     }

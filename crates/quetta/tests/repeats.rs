@@ -93,3 +93,52 @@ fn until_ci_stops_once_the_intervals_are_narrow() {
     let e = r.run_blocking().unwrap_err().to_string();
     assert!(e.contains("\"ttft_p99\" is no figure of repeats.json"), "{e}");
 }
+
+/// `compare` of two repeated runs tests between runs too: a simulator 10 ms slower to the
+/// first token is slower in every repeat (Welch's p between the runs' medians), and its
+/// lower throughput is now a tested regression; two single runs say what they cannot show.
+#[test]
+fn compare_tests_between_repeats() {
+    use quetta::{compare_sides, CompareOptions, CompareSide};
+    let run = |ttft_ms: u64, name: &str| {
+        let d = tmpdir(name);
+        let b = Benchmark::new(common::sim(ttft_ms, 1))
+            .workload(WorkloadSpec::synthetic(8, 8))
+            .load(Load::closed(4))
+            .requests(20)
+            .output_dir(&d);
+        Repeats::new(b, 3).run_blocking().unwrap();
+        d
+    };
+    let (a, b) = (run(20, "cmp-base"), run(30, "cmp-cand"));
+    let opts = CompareOptions { fail_on_regression: Some(0.05), ..CompareOptions::default() };
+    let (sa, sb) = (CompareSide::open(&a).unwrap(), CompareSide::open(&b).unwrap());
+    let r = compare_sides(&sa, &sb, &opts).unwrap();
+    let m = |k: &str| r.metrics.iter().find(|m| m.metric == k).unwrap().clone();
+    let ttft = m("ttft_ms");
+    assert_eq!(ttft.runs, Some([3, 3]));
+    assert!(ttft.between_runs_p.unwrap() < 0.05, "{ttft:?}");
+    assert_eq!(ttft.verdict.as_deref(), Some("slower (significant)"));
+    assert_eq!(ttft.n, Some([60, 60]), "every repeat's requests pooled");
+    let tput = m("request_throughput");
+    assert_eq!(tput.verdict.as_deref(), Some("lower (significant)"), "{tput:?}");
+    assert!(r.failed(), "{:?}", r.regressions);
+    assert!(r.regressions.iter().any(|x| x.starts_with("request_throughput -")), "{r:?}");
+    assert!(r.notes.contains(&quetta::report::Note::ComparedRepeats));
+    r.write(&sb).unwrap();
+    validate(quetta::report::schema::COMPARE, &json(&b.join("compare.json")), "compare.json");
+    // one run each: no test between runs, and a note that says so
+    let (s1, s2) = (
+        CompareSide::open(&a.join("run-1")).unwrap(),
+        CompareSide::open(&b.join("run-1")).unwrap(),
+    );
+    let r = compare_sides(&s1, &s2, &opts).unwrap();
+    assert!(r.metrics.iter().all(|m| m.between_runs_p.is_none()));
+    assert!(r.notes.contains(&quetta::report::Note::OneRunPerSide));
+    assert_eq!(m_of(&r, "request_throughput").verdict, None);
+    let _ = (std::fs::remove_dir_all(&a), std::fs::remove_dir_all(&b));
+}
+
+fn m_of(r: &quetta::CompareReport, k: &str) -> quetta::report::MetricComparison {
+    r.metrics.iter().find(|m| m.metric == k).unwrap().clone()
+}
