@@ -807,7 +807,9 @@ pub fn export(a: &ExportArgs) -> Result<ExitCode> {
 /// died without one) and write report.html and report.pdf.
 pub fn report(dir: &Path) -> Result<ExitCode> {
     let d = RunDir::open(dir)?;
-    if d.is_sweep() {
+    if d.file(files::REPEATS).is_file() {
+        print!("{}", d.read_repeats()?.render(Some(dir)));
+    } else if d.is_sweep() {
         print!("{}", d.read_sweep()?.render(Some(dir)));
     } else {
         let s = if d.has_summary() { d.read_summary()? } else { d.rebuild()? };

@@ -150,7 +150,10 @@ fn the_html_reports_render_in_a_real_browser() {
         "--output-dir",
         failed.to_str().unwrap(),
     ]);
-    for d in [&run, &sweep, &failed] {
+    let repeats = root.join("repeats");
+    let r = repeats.to_str().unwrap();
+    go(&["run", "--num-runs", "3", "--num-requests", "24", "--output-dir", r]);
+    for d in [&run, &sweep, &failed, &repeats] {
         let o = bin().arg("report").arg(d).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
@@ -158,6 +161,12 @@ fn the_html_reports_render_in_a_real_browser() {
     check(&browser, &run.join("report.html"), 7);
     // a sweep: its nine charts, and each step's
     check(&browser, &sweep.join("report.html"), 9);
+    // repeats: four charts of a figure by repeat with its mean and interval (the error
+    // bars), then each repeat's own charts
+    check(&browser, &repeats.join("report.html"), 4);
+    let d = dom(&browser, &repeats.join("report.html"));
+    assert!(d.contains("Across the repeats") && d.contains("95% CI of the mean"));
+    assert!(d.contains("Throughput by repeat") && d.contains("Repeat 3"));
     // the handlers: hover a point, toggle a legend entry
     interact(&browser, &run.join("report.html"));
     interact(&browser, &sweep.join("report.html"));

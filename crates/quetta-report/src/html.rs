@@ -28,12 +28,21 @@ pub struct SweepData {
     pub steps: Vec<RunData>,
 }
 
+/// A repeated run: its repeats.json and each whole repeat's run.
+#[derive(Debug, Clone)]
+pub struct RepeatsData {
+    pub dir: PathBuf,
+    pub report: crate::RepeatsReport,
+    pub runs: Vec<RunData>,
+}
+
 /// What a results directory holds.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Results {
     Run(Box<RunData>),
     Sweep(Box<SweepData>),
+    Repeats(Box<RepeatsData>),
 }
 
 /// Read a run directory (summary.json and timeseries.jsonl). A series of schema 1 has no
@@ -57,9 +66,21 @@ pub fn load_run(dir: &Path) -> Result<RunData, ReportError> {
     Ok(RunData { dir: dir.to_path_buf(), summary, series })
 }
 
-/// Read a run or a sweep directory.
+/// Read a run, a sweep or a repeated run's directory.
 pub fn load(dir: &Path) -> Result<Results, ReportError> {
     let d = RunDir::open(dir)?;
+    if d.file(crate::files::REPEATS).is_file() {
+        let report = d.read_repeats()?;
+        let runs = (1..=report.runs.len())
+            .filter(|i| !report.runs[i - 1].partial)
+            .map(|i| load_run(&dir.join(format!("run-{i}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Results::Repeats(Box::new(RepeatsData {
+            dir: dir.to_path_buf(),
+            report,
+            runs,
+        })));
+    }
     if d.is_sweep() {
         let sweep = d.read_sweep()?;
         let mut steps = Vec::new();
@@ -534,6 +555,10 @@ pub fn render(res: &Results) -> String {
             "Quetta sweep — {}",
             sw.steps.first().map_or("", |r| r.summary.target.model.as_str())
         ),
+        Results::Repeats(rp) => format!(
+            "Quetta repeated run — {}",
+            rp.runs.first().map_or("", |r| r.summary.target.model.as_str())
+        ),
     };
     let _ = write!(s, "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{CSS}</style></head><body><h1>{}</h1>", esc(&title), esc(&title));
     match res {
@@ -558,10 +583,100 @@ pub fn render(res: &Results) -> String {
             config_table(&mut s, &r.summary);
         }
         Results::Sweep(sw) => sweep_body(&mut s, sw),
+        Results::Repeats(rp) => repeats_body(&mut s, rp),
     }
     s.push_str(SCRIPT);
     s.push_str("</body></html>\n");
     s
+}
+
+/// The figures of a repeated run that its charts draw: (chart title, y label, figure).
+const REPEAT_CHARTS: [(&str, &str, &str); 4] = [
+    ("Throughput by repeat", "requests per second", "request_throughput"),
+    ("TTFT p99 by repeat", "time to first token (ms)", "ttft_ms.p99"),
+    ("TPOT p99 by repeat", "time per output token (ms)", "tpot_ms.p99"),
+    ("E2E p99 by repeat", "end-to-end latency (ms)", "e2e_ms.p99"),
+];
+
+/// Each figure's value per repeat, with its mean and the 95 % interval of the mean as flat
+/// lines across the repeats: the error bars of a repeated run (HTML and PDF draw the same).
+pub fn repeat_charts(r: &crate::RepeatsReport) -> Vec<Chart> {
+    let charts = REPEAT_CHARTS.iter().map(|(title, y, figure)| {
+        let mut series = Vec::new();
+        if let Some(f) = r.figure(figure) {
+            let pts: Vec<(f64, f64)> = f
+                .values
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| v.map(|v| ((i + 1) as f64, v)))
+                .collect();
+            let n = pts.len() as f64;
+            let flat = |v: Option<f64>| v.map_or(Vec::new(), |v| vec![(1.0, v), (n.max(1.0), v)]);
+            series.push(named("each repeat", pts));
+            series.push(named("mean", flat(Some(f.across.mean))));
+            series.push(named("95% CI of the mean, low", flat(f.across.ci95_low)));
+            series.push(named("95% CI of the mean, high", flat(f.across.ci95_high)));
+        }
+        line(title, "repeat", y, series, true)
+    });
+    drawable(charts.collect())
+}
+
+fn repeats_body(s: &mut String, rp: &RepeatsData) {
+    let r = &rp.report;
+    let whole = r.runs.iter().filter(|x| !x.partial).count();
+    let _ = write!(
+        s,
+        "<p>{whole} of {} repeats ran to their end · prompts {}</p>",
+        r.planned,
+        if r.same_prompts { "the same in every repeat" } else { "fresh in every repeat" }
+    );
+    if r.partial {
+        let _ = write!(
+            s,
+            "<p class=\"banner\">PARTIAL: {whole} of {} repeats ran to their end</p>",
+            r.planned
+        );
+    }
+    if let Some(u) = &r.until_ci {
+        let met = if u.met { "met" } else { "NOT met within the planned repeats" };
+        let _ = write!(
+            s,
+            "<p>until the 95% intervals of {} are within ±{:.1}% of their means: {met}</p>",
+            esc(&u.figures.join(", ")),
+            u.half_width * 100.0
+        );
+    }
+    s.push_str("<h2>Across the repeats</h2><table><tr><th>figure</th><th>mean</th><th>stddev</th><th>CV</th><th>95% CI of the mean</th><th>each repeat</th></tr>");
+    for f in &r.figures {
+        let a = &f.across;
+        let ci = match (a.ci95_low, a.ci95_high) {
+            (Some(l), Some(h)) => format!("[{}, {}]", ms(Some(l)), ms(Some(h))),
+            _ => "-".into(),
+        };
+        let each: Vec<String> = f.values.iter().map(|v| ms(*v)).collect();
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&f.figure),
+            ms(Some(a.mean)),
+            ms(a.stddev),
+            a.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0)),
+            ci,
+            each.join(" · ")
+        );
+    }
+    s.push_str("</table>");
+    for c in repeat_charts(r) {
+        s.push_str(&svg(&c, 940.0, 300.0));
+    }
+    for (i, run) in rp.runs.iter().enumerate() {
+        run_section(s, run, &format!("Repeat {}", i + 1));
+    }
+    if let Some(first) = rp.runs.first() {
+        s.push_str("<h2>Configuration</h2>");
+        config_table(s, &first.summary);
+    }
 }
 
 /// The first SLO-bearing step whose objectives failed, as "KIND VALUE: why".

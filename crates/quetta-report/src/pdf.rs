@@ -316,8 +316,45 @@ pub fn render(res: &Results) -> Result<Vec<u8>, PdfError> {
             config_lines(&mut p, r);
         }
         Results::Sweep(sw) => sweep_pages(&mut d, sw),
+        Results::Repeats(rp) => repeats_pages(&mut d, rp),
     }
     d.pdf.save_to_bytes().map_err(|e| PdfError::Pdf(e.to_string()))
+}
+
+/// A repeated run: the figures across the repeats, their charts, then each repeat's run.
+fn repeats_pages(d: &mut Doc, rp: &crate::html::RepeatsData) {
+    let r = &rp.report;
+    let mut p = d.page();
+    let model = rp.runs.first().map_or("", |x| x.summary.target.model.as_str());
+    p.line(&format!("Quetta repeated run — {model}"), 18.0);
+    let whole = r.runs.iter().filter(|x| !x.partial).count();
+    p.line(&format!("{whole} of {} repeats ran to their end", r.planned), 10.0);
+    if let Some(u) = &r.until_ci {
+        let met = if u.met { "met" } else { "NOT met within the planned repeats" };
+        p.line(
+            &format!("until-ci ±{:.1}% on {}: {met}", u.half_width * 100.0, u.figures.join(", ")),
+            9.0,
+        );
+    }
+    p.y += 2.0;
+    let mut rows =
+        vec![["figure", "mean", "stddev", "CV", "95% CI of the mean"].map(String::from).to_vec()];
+    for f in &r.figures {
+        let a = &f.across;
+        let ci = match (a.ci95_low, a.ci95_high) {
+            (Some(l), Some(h)) => format!("[{}, {}]", fmt(Some(l)), fmt(Some(h))),
+            _ => "-".into(),
+        };
+        let cv = a.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0));
+        rows.push(vec![f.figure.clone(), fmt(Some(a.mean)), fmt(a.stddev), cv, ci]);
+    }
+    p.table(&rows, &[70.0, 30.0, 30.0, 20.0, 60.0], 8.0);
+    chart_grid(d, &crate::html::repeat_charts(r));
+    for (i, run) in rp.runs.iter().enumerate() {
+        let mut p = d.page();
+        p.line(&format!("Repeat {}", i + 1), 14.0);
+        p.table(&metric_rows(run), &METRIC_WIDTHS, 8.0);
+    }
 }
 
 /// Charts two by two on pages of their own.
