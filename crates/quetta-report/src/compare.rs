@@ -180,6 +180,21 @@ fn samples(n: usize) -> [Sample; 5] {
     std::array::from_fn(|_| Reservoir::new(n, 42))
 }
 
+/// Each completed request's values of the metrics of [`PER_REQUEST`] into the samples, in
+/// one streamed pass over a run's records (a torn last line is left out, as everywhere).
+fn keep_values(run: &RunDir, values: &mut [Sample; 5]) -> Result<(), ReportError> {
+    let _torn = run.for_each_record(|r| {
+        if r.ok() {
+            for (i, v) in values.iter_mut().enumerate() {
+                if let Some(x) = value(&r, i) {
+                    v.push(x);
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
 /// The value of a per-request metric of [`PER_REQUEST`] for a completed request.
 fn value(r: &RequestRecord, metric: usize) -> Option<f64> {
     match metric {
@@ -286,15 +301,7 @@ impl CompareSide {
     fn read_run(run: &RunDir, sample: usize) -> Result<Self, ReportError> {
         let s = run.read_summary()?;
         let mut values = samples(sample);
-        run.for_each_record(|r| {
-            if r.ok() {
-                for (i, v) in values.iter_mut().enumerate() {
-                    if let Some(x) = value(&r, i) {
-                        v.push(x);
-                    }
-                }
-            }
-        })?;
+        keep_values(run, &mut values)?;
         // a sample's median is an estimate: the summary's is of every request
         let medians = [0, 1, 2, 3, 4].map(|i| {
             if values[i].whole() {
@@ -330,15 +337,7 @@ impl CompareSide {
         };
         let mut side = Self::read_run(&RunDir::open(first)?, sample)?;
         for d in rest {
-            RunDir::open(d)?.for_each_record(|r| {
-                if r.ok() {
-                    for (i, v) in side.values.iter_mut().enumerate() {
-                        if let Some(x) = value(&r, i) {
-                            v.push(x);
-                        }
-                    }
-                }
-            })?;
+            keep_values(&RunDir::open(d)?, &mut side.values)?;
         }
         if let Some(p) = &rep.pooled {
             side.medians = [0, 1, 2, 3, 4].map(|i| {
