@@ -188,6 +188,11 @@ impl SweepStep {
 /// // the step cut short is no peak, and its row says how much of it ran
 /// assert_eq!(r.peak.as_ref().unwrap().concurrency, Some(4.0));
 /// assert!(r.table().contains("req/s") && r.table().contains("PARTIAL: 6 of 100 planned"));
+/// // a step's steady window ranks it where it has one: ramp-up and drain lowered 28 to 25
+/// let ramped = SweepStep { steady_request_throughput: Some(28.0), ..step(2.0, 25.0) };
+/// let r = SweepReport::new(SweepKind::Concurrency, vec![step(4.0, 26.0), ramped], false, vec![]);
+/// assert_eq!(r.peak.as_ref().unwrap().concurrency, Some(2.0));
+/// assert!(r.render(None).contains("peak       28 req/s (steady window; whole run 25)"), "{}", r.render(None));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepReport {
