@@ -302,8 +302,9 @@ pub fn svg(c: &Chart, w: f64, h: f64) -> String {
             ser.points.len(),
             pts.join(" ")
         );
-        // every point can be hovered to read it; drawn as a marker on sweeps
-        let opacity = if c.markers { 1.0 } else { 0.0 };
+        // every point can be hovered to read it; drawn as a marker on sweeps, and alone (a
+        // distribution of one value: no line to draw)
+        let opacity = if c.markers || ser.points.len() == 1 { 1.0 } else { 0.0 };
         for &(x, y) in &ser.points {
             let (px, py) = l.map(x, y);
             let _ = write!(
@@ -364,5 +365,23 @@ mod tests {
         assert!(s.contains("TTFT &lt;CDF&gt;") && s.contains("TTFT (ms)"));
         assert_eq!(s.matches("<polyline").count(), 1);
         assert_eq!(s.matches("<circle").count(), 2);
+    }
+
+    /// A distribution of one value (every request in one histogram bucket) is one point:
+    /// with no line to draw, its marker shows, where other lines' points stay hidden.
+    #[test]
+    fn a_lone_point_is_drawn_as_a_marker() {
+        let one = Series { name: "E2E".into(), points: vec![(655.3, 1.0)] };
+        let two = Series { name: "TTFT".into(), points: vec![(1.0, 0.5), (2.0, 1.0)] };
+        let c = Chart {
+            title: "CDF".into(),
+            x_label: "ms".into(),
+            y_label: "share".into(),
+            series: vec![one, two],
+            markers: false,
+        };
+        let s = svg(&c, 600.0, 300.0);
+        assert_eq!(s.matches(r#"fill-opacity="1""#).count(), 1, "{s}");
+        assert_eq!(s.matches(r#"fill-opacity="0""#).count(), 2);
     }
 }

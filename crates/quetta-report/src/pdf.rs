@@ -143,7 +143,8 @@ impl Page {
             let col = COLOURS[i % COLOURS.len()];
             let pts: Vec<(f64, f64)> = s.points.iter().map(|&(a, b)| map(a, b)).collect();
             self.polyline(&pts, col, 0.8);
-            if c.markers {
+            // a lone point (a distribution of one value) has no line: mark it
+            if c.markers || pts.len() == 1 {
                 for &(px, py) in &pts {
                     self.polyline(&[(px - 0.8, py - 0.8), (px + 0.8, py + 0.8)], col, 0.7);
                     self.polyline(&[(px - 0.8, py + 0.8), (px + 0.8, py - 0.8)], col, 0.7);
@@ -340,13 +341,8 @@ fn repeats_pages(d: &mut Doc, rp: &crate::html::RepeatsData) {
     let mut rows =
         vec![["figure", "mean", "stddev", "CV", "95% CI of the mean"].map(String::from).to_vec()];
     for f in &r.figures {
-        let a = &f.across;
-        let ci = match (a.ci95_low, a.ci95_high) {
-            (Some(l), Some(h)) => format!("[{}, {}]", fmt(Some(l)), fmt(Some(h))),
-            _ => "-".into(),
-        };
-        let cv = a.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0));
-        rows.push(vec![f.figure.clone(), fmt(Some(a.mean)), fmt(a.stddev), cv, ci]);
+        let (mean, sd) = (fmt(Some(f.across.mean)), fmt(f.across.stddev));
+        rows.push(vec![f.figure.clone(), mean, sd, f.cv_text(), f.ci_text(|v| fmt(Some(v)))]);
     }
     p.table(&rows, &[70.0, 30.0, 30.0, 20.0, 60.0], 8.0);
     chart_grid(d, &crate::html::repeat_charts(r));
