@@ -280,8 +280,8 @@ fn repeat(
     rt: &tokio::runtime::Runtime,
     n: usize,
 ) -> Result<ExitCode> {
-    if a.twin.predict || b.sharding.is_some() {
-        bail!("--num-runs repeats a measured run: not with --predict, --shard or --shards");
+    if a.twin.predict {
+        bail!("--num-runs repeats a measured run: not with --predict");
     }
     if b.output_dir.is_none() {
         b.output_dir = Some(RunDir::default_path("repeats"));
@@ -291,11 +291,7 @@ fn repeat(
     let mut r = quetta::Repeats::new(b, n);
     r.same_prompts = a.load.same_prompts;
     r.pause = a.load.pause_between.unwrap_or_default();
-    r.until_ci = a.load.until_ci.map(|w| {
-        let f = &a.load.ci_figures;
-        let default = ["request_throughput", "ttft_ms.p99", "tpot_ms.p99"];
-        (w, if f.is_empty() { default.map(String::from).to_vec() } else { f.clone() })
-    });
+    r.until_ci = a.load.until_ci.map(|w| (w, a.load.ci_figures.clone()));
     r.on_step = Some(say(&display));
     let out = rt.block_on(r.run());
     if let Ok(d) = Arc::try_unwrap(display) {
@@ -319,8 +315,7 @@ fn repeat(
     if a.output.json {
         println!("{}", serde_json::to_string_pretty(&out.report)?);
     }
-    let worst = out.runs.iter().find_map(|r| r.summary.failure(a.output.min_success_rate));
-    if let Some(why) = worst {
+    if let Some(why) = out.failure(a.output.min_success_rate) {
         eprintln!("error: {}", why.replace("is below", "is below --min-success-rate"));
         return Ok(exit(ExitCode::from(1)));
     }
@@ -807,7 +802,7 @@ pub fn export(a: &ExportArgs) -> Result<ExitCode> {
 /// died without one) and write report.html and report.pdf.
 pub fn report(dir: &Path) -> Result<ExitCode> {
     let d = RunDir::open(dir)?;
-    if d.file(files::REPEATS).is_file() {
+    if d.is_repeats() {
         print!("{}", d.read_repeats()?.render(Some(dir)));
     } else if d.is_sweep() {
         print!("{}", d.read_sweep()?.render(Some(dir)));

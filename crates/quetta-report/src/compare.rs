@@ -282,10 +282,13 @@ impl CompareSide {
     /// [`CompareSide::open`] keeping at most `sample` values per metric for the tests (all
     /// of them up to `sample`, a seeded uniform sample beyond).
     pub fn open_with(path: &std::path::Path, sample: usize) -> Result<Self, ReportError> {
-        if path.join(crate::files::REPEATS).is_file() {
-            Self::read_repeats(path, sample)
-        } else if path.is_dir() {
-            Self::read_run(&RunDir::open(path)?, sample)
+        if path.is_dir() {
+            let d = RunDir::open(path)?;
+            if d.is_repeats() {
+                Self::read_repeats(path, sample)
+            } else {
+                Self::read_run(&d, sample)
+            }
         } else {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ReportError::Read { path: path.display().to_string(), source: e })?;

@@ -400,6 +400,11 @@ impl RunDir {
         Ok((html, pdf))
     }
 
+    /// Whether the directory holds a repeated run: `repeats.json` and `run-1/` … `run-N/`.
+    pub fn is_repeats(&self) -> bool {
+        self.file(files::REPEATS).is_file()
+    }
+
     /// Whether the directory holds a sweep (or an SLO search): steps in subdirectories.
     pub fn is_sweep(&self) -> bool {
         self.file(files::SWEEP).is_file()

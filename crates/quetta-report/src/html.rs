@@ -69,7 +69,7 @@ pub fn load_run(dir: &Path) -> Result<RunData, ReportError> {
 /// Read a run, a sweep or a repeated run's directory.
 pub fn load(dir: &Path) -> Result<Results, ReportError> {
     let d = RunDir::open(dir)?;
-    if d.file(crate::files::REPEATS).is_file() {
+    if d.is_repeats() {
         let report = d.read_repeats()?;
         let runs = (1..=report.runs.len())
             .filter(|i| !report.runs[i - 1].partial)
@@ -649,20 +649,15 @@ fn repeats_body(s: &mut String, rp: &RepeatsData) {
     }
     s.push_str("<h2>Across the repeats</h2><table><tr><th>figure</th><th>mean</th><th>stddev</th><th>CV</th><th>95% CI of the mean</th><th>each repeat</th></tr>");
     for f in &r.figures {
-        let a = &f.across;
-        let ci = match (a.ci95_low, a.ci95_high) {
-            (Some(l), Some(h)) => format!("[{}, {}]", ms(Some(l)), ms(Some(h))),
-            _ => "-".into(),
-        };
         let each: Vec<String> = f.values.iter().map(|v| ms(*v)).collect();
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&f.figure),
-            ms(Some(a.mean)),
-            ms(a.stddev),
-            a.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0)),
-            ci,
+            ms(Some(f.across.mean)),
+            ms(f.across.stddev),
+            f.cv_text(),
+            f.ci_text(|v| ms(Some(v))),
             each.join(" · ")
         );
     }

@@ -22,6 +22,14 @@ pub struct RepeatRun {
     pub partial: bool,
 }
 
+impl RepeatRun {
+    /// The row of a repeat written to `dir` with `seed`.
+    pub fn of(dir: String, seed: u64, s: &Summary) -> Self {
+        let m = &s.metrics;
+        Self { dir, seed, completed: m.completed, failed: m.failed, partial: s.partial }
+    }
+}
+
 /// One figure across the repeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RepeatFigure {
@@ -33,6 +41,21 @@ pub struct RepeatFigure {
     /// Over the repeats that have one.
     #[serde(flatten)]
     pub across: AcrossRuns,
+}
+
+impl RepeatFigure {
+    /// The interval as `[low, high]` with `num` formatting each bound (`-` without one).
+    pub fn ci_text(&self, num: impl Fn(f64) -> String) -> String {
+        match (self.across.ci95_low, self.across.ci95_high) {
+            (Some(l), Some(h)) => format!("[{}, {}]", num(l), num(h)),
+            _ => "-".into(),
+        }
+    }
+
+    /// The coefficient of variation as a percentage (`-` without one).
+    pub fn cv_text(&self) -> String {
+        self.across.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0))
+    }
 }
 
 /// `repeats.json`.
@@ -72,6 +95,10 @@ impl UntilCi {
     /// Fewest repeats before the intervals are judged: two values agreeing by chance give a
     /// narrow interval too often.
     pub const MIN_RUNS: usize = 3;
+
+    /// The figures judged when none are named.
+    pub const DEFAULT_FIGURES: [&'static str; 3] =
+        ["request_throughput", "ttft_ms.p99", "tpot_ms.p99"];
 
     /// The figures of `r` still wider than asked (a figure without an interval counts).
     pub fn wide<'a>(half_width: f64, figures: &'a [String], r: &RepeatsReport) -> Vec<&'a str> {
@@ -120,10 +147,15 @@ fn figures_of(m: &MetricsSummary, prefix: &str) -> Vec<(String, Option<f64>)> {
 }
 
 impl RepeatsReport {
-    /// The report of these repeats' summaries (`None`: the repeat wrote none).
-    pub fn new(planned: u32, runs: Vec<(RepeatRun, Summary)>, same_prompts: bool) -> Self {
+    /// The report of these repeats (`runs[i]` the row of `summaries[i]`).
+    pub fn new(
+        planned: u32,
+        runs: Vec<RepeatRun>,
+        summaries: &[&Summary],
+        same_prompts: bool,
+    ) -> Self {
         let whole: Vec<&Summary> =
-            runs.iter().filter(|(r, _)| !r.partial).map(|(_, s)| s).collect();
+            runs.iter().zip(summaries).filter(|(r, _)| !r.partial).map(|(_, s)| *s).collect();
         let mut keys: Vec<Vec<(String, Option<f64>)>> =
             whole.iter().map(|s| figures_of(&s.metrics, "")).collect();
         // the steady figures where every whole repeat has a steady window
@@ -156,7 +188,7 @@ impl RepeatsReport {
         Self {
             schema_version: 1,
             planned,
-            runs: runs.into_iter().map(|(r, _)| r).collect(),
+            runs,
             same_prompts,
             figures,
             pooled,
@@ -192,20 +224,14 @@ impl RepeatsReport {
         );
         let num = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
         for f in &self.figures {
-            let a = &f.across;
-            let ci = match (a.ci95_low, a.ci95_high) {
-                (Some(l), Some(h)) => format!("[{l:.3}, {h:.3}]"),
-                _ => "-".into(),
-            };
-            let cv = a.cv.map_or("-".into(), |c| format!("{:.1}%", c * 100.0));
             let _ = writeln!(
                 s,
                 "{:<32}{:>12}{:>12}{:>9}{:>26}",
                 f.figure,
-                format!("{:.3}", a.mean),
-                num(a.stddev),
-                cv,
-                ci
+                format!("{:.3}", f.across.mean),
+                num(f.across.stddev),
+                f.cv_text(),
+                f.ci_text(|v| format!("{v:.3}"))
             );
         }
         if let Some(p) = &self.pooled {

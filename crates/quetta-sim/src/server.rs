@@ -146,9 +146,10 @@ fn plan(
     let n_tokens = drawn.max(min).min(max).max(1);
     let computed = prompt_tokens.saturating_sub(cached_tokens);
     let prefill = cfg.prefill_per_token.saturating_mul(computed.min(u64::from(u32::MAX)) as u32);
-    let first = sh.first_arrival.get_or_init(|| arrival);
-    let slow = sh.slowdown(arrival.max(*first));
-    let wait = if slow > 1.0 { (cfg.ttft + prefill).mul_f64(slow) } else { cfg.ttft + prefill };
+    sh.first_arrival.get_or_init(|| arrival);
+    let (slow, wait) = (sh.slowdown(arrival), cfg.ttft + prefill);
+    // exact without a warm-up: no round trip through seconds as a float
+    let wait = if slow > 1.0 { wait.mul_f64(slow) } else { wait };
     Plan { n_tokens, first_at: arrival + wait, rng }
 }
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use quetta_engine::setting::Setting as S;
-use quetta_report::{RepeatRun, RepeatsReport, UntilCi};
+use quetta_report::{RepeatRun, RepeatsReport, Summary, UntilCi};
 
 use crate::sweep::{step, step_seed, OnStep, OutDir, Step};
 use crate::{BenchReport, Benchmark, Error, Result};
@@ -30,7 +30,8 @@ pub struct Repeats {
     /// Wait this long between repeats (a stop during it ends the repeats at once).
     pub pause: Duration,
     /// Stop before `runs` once every one of these figures' 95 % interval is at most this
-    /// half-width (a share of its mean): `runs` is then the most.
+    /// half-width (a share of its mean): `runs` is then the most. No figures:
+    /// [`UntilCi::DEFAULT_FIGURES`].
     pub until_ci: Option<(f64, Vec<String>)>,
     pub on_step: Option<OnStep>,
 }
@@ -55,6 +56,17 @@ pub struct RepeatsOutcome {
     pub dir: Option<std::path::PathBuf>,
 }
 
+impl RepeatsOutcome {
+    /// Why the repeated run failed, for an exit status: the first repeat that failed
+    /// ([`quetta_report::Summary::failure`] with `min_success_rate`).
+    pub fn failure(&self, min_success_rate: f64) -> Option<String> {
+        self.runs.iter().enumerate().find_map(|(i, r)| {
+            let why = r.summary.failure(min_success_rate)?;
+            Some(format!("repeat {}: {why}", i + 1))
+        })
+    }
+}
+
 impl Repeats {
     pub fn new(base: Benchmark, runs: usize) -> Self {
         Self {
@@ -69,11 +81,22 @@ impl Repeats {
 
     /// Run every repeat; stop after a repeat (or during a pause) when the run was stopped,
     /// and after a repeat whose workload ended on an error (every later one would too).
-    pub async fn run(self) -> Result<RepeatsOutcome> {
+    pub async fn run(mut self) -> Result<RepeatsOutcome> {
         if self.runs == 0 {
             return Err(Error::invalid(S::NumRuns, "give at least 1 run"));
         }
-        if let Some((w, figures)) = &self.until_ci {
+        if self.base.sharding.is_some() {
+            let (a, b) = (S::NumRuns, S::Shards);
+            return Err(Error::conflict(
+                a,
+                b,
+                format!("{a} repeats one run: not a sharded one ({b})"),
+            ));
+        }
+        if let Some((w, figures)) = &mut self.until_ci {
+            if figures.is_empty() {
+                *figures = UntilCi::DEFAULT_FIGURES.map(String::from).to_vec();
+            }
             check_until_ci(*w, figures, self.runs)?;
         }
         let c = self.base.target.connect().await?;
@@ -95,22 +118,15 @@ impl Repeats {
             let mut b = self.base.clone();
             b.seed = step_seed(self.base.seed, i - 1, self.same_prompts);
             let (r, shown) = step(&b, &c, &mut out, &format!("run-{i}")).await?;
-            let s = &r.summary;
-            let row = RepeatRun {
-                dir: shown,
-                seed: b.seed,
-                completed: s.metrics.completed,
-                failed: s.metrics.failed,
-                partial: s.partial,
-            };
-            let ended = s.workload_failure().is_some();
-            rows.push((row, s.clone()));
+            rows.push(RepeatRun::of(shown, b.seed, &r.summary));
+            let ended = r.summary.workload_failure().is_some();
             reports.push(r);
-            if ended || self.narrow_enough(&rows) {
+            if ended || self.narrow_enough(&rows, &reports) {
                 break;
             }
         }
-        let mut report = RepeatsReport::new(self.runs as u32, rows, self.same_prompts);
+        let summaries: Vec<&Summary> = reports.iter().map(|r| &r.summary).collect();
+        let mut report = RepeatsReport::new(self.runs as u32, rows, &summaries, self.same_prompts);
         if let Some((w, figures)) = &self.until_ci {
             let met = UntilCi::wide(*w, figures, &report).is_empty();
             report.until_ci = Some(UntilCi { half_width: *w, figures: figures.clone(), met });
@@ -128,13 +144,13 @@ impl Repeats {
     }
 
     /// With `until_ci`: whether the whole repeats so far give narrow enough intervals.
-    fn narrow_enough(&self, rows: &[(RepeatRun, quetta_report::Summary)]) -> bool {
+    fn narrow_enough(&self, rows: &[RepeatRun], reports: &[BenchReport]) -> bool {
         let Some((w, figures)) = &self.until_ci else { return false };
-        let whole = rows.iter().filter(|(r, _)| !r.partial).count();
-        if whole < UntilCi::MIN_RUNS {
+        if rows.iter().filter(|r| !r.partial).count() < UntilCi::MIN_RUNS {
             return false;
         }
-        let r = RepeatsReport::new(self.runs as u32, rows.to_vec(), self.same_prompts);
+        let summaries: Vec<&Summary> = reports.iter().map(|r| &r.summary).collect();
+        let r = RepeatsReport::new(self.runs as u32, rows.to_vec(), &summaries, self.same_prompts);
         UntilCi::wide(*w, figures, &r).is_empty()
     }
 
